@@ -1,0 +1,309 @@
+"""One function per CreateOS endpoint: the only place paths and wire field names live.
+
+Functions take a ``Transport`` and a ``Deadline``, and return decoded JSON
+(``dict``) or a ``Stream``. Details PROTOCOL.md marks as inferred each sit in
+exactly one function here.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ._deadline import Deadline
+from ._http import Body, Stream, Transport
+from ._retry import Repeat
+from .errors import Operation, ProtocolError
+
+PAGE_LIMIT = 500
+STREAM_IDLE_TIMEOUT = 60.0  # no byte, not even a heartbeat, for this long: the stream is dead
+
+
+def _sandbox(sandbox_id: str) -> str:
+    return f"/sandboxes/{quote(sandbox_id, safe='')}"
+
+
+def _process(sandbox_id: str, process_id: str) -> str:
+    return f"{_sandbox(sandbox_id)}/processes/{quote(process_id, safe='')}"
+
+
+def _object(data: Any, operation: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"the answer to {operation} is not a JSON object")
+    return data
+
+
+def _items(data: Any, operation: str, *legacy_keys: str) -> tuple[list[Any], int | None]:
+    """Accept a bare list, a page ``{data, pagination}``, or a legacy keyed list."""
+    if isinstance(data, list):
+        return data, None
+    if isinstance(data, dict):
+        for key in ("data", *legacy_keys):
+            if isinstance(data.get(key), list):
+                pagination = data.get("pagination")
+                total = pagination.get("total") if isinstance(pagination, dict) else None
+                return data[key], total if isinstance(total, int) else None
+    raise ProtocolError(f"the answer to {operation} is not a list")
+
+
+# Catalog
+
+
+def list_shapes(t: Transport, deadline: Deadline) -> list[Any]:
+    reply = t.call(
+        "GET", "/shapes", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
+    )
+    return _items(reply.data, Operation.CATALOG, "shapes")[0]
+
+
+# Sandboxes
+
+
+def create_sandbox(t: Transport, body: Mapping[str, Any], deadline: Deadline) -> dict[str, Any]:
+    reply = t.call(
+        "POST",
+        "/sandboxes",
+        operation=Operation.SANDBOX_CREATION,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body=dict(body),
+    )
+    return _object(reply.data, Operation.SANDBOX_CREATION)
+
+
+def get_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> dict[str, Any]:
+    reply = t.call(
+        "GET",
+        _sandbox(sandbox_id),
+        operation=Operation.SANDBOX_LIFECYCLE,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+    )
+    return _object(reply.data, Operation.SANDBOX_LIFECYCLE)
+
+
+def list_sandboxes(
+    t: Transport, deadline: Deadline, *, status: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every sandbox, page by page (one request per 500)."""
+    offset = 0
+    while True:
+        params = {"limit": str(PAGE_LIMIT), "offset": str(offset)}
+        if status is not None:
+            params["status"] = status
+        reply = t.call(
+            "GET",
+            "/sandboxes",
+            operation=Operation.SANDBOX_LISTING,
+            repeat=Repeat.SAFE,
+            deadline=deadline,
+            params=params,
+        )
+        items, total = _items(reply.data, Operation.SANDBOX_LISTING, "sandboxes")
+        for item in items:
+            yield _object(item, Operation.SANDBOX_LISTING)
+        offset += len(items)
+        if not items or total is None or offset >= total:
+            return
+
+
+def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:
+    """(inferred) The name given at creation, as the service reports it back."""
+    name = sandbox.get("name")
+    return name if isinstance(name, str) else None
+
+
+def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
+    """Destroy a sandbox; 404 means it is already gone, which is success."""
+    t.call(
+        "DELETE",
+        _sandbox(sandbox_id),
+        operation=Operation.SANDBOX_CLEANUP,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        allow=frozenset({404}),
+    )
+
+
+def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadline) -> bool:
+    """Ask for ``pause`` or ``resume``; False on 409 (a transition is already under way)."""
+    reply = t.call(
+        "POST",
+        f"{_sandbox(sandbox_id)}/{verb}",
+        operation=Operation.SANDBOX_LIFECYCLE,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        allow=frozenset({409}),
+    )
+    return reply.status != 409
+
+
+# Files
+
+
+def write_file(
+    t: Transport, sandbox_id: str, path: str, body: Body, deadline: Deadline, *, repeat: Repeat
+) -> None:
+    t.call(
+        "PUT",
+        f"{_sandbox(sandbox_id)}/files",
+        operation=Operation.FILE_TRANSFER,
+        repeat=repeat,
+        deadline=deadline,
+        params={"path": path},
+        body=body,
+    )
+
+
+def read_file(t: Transport, sandbox_id: str, path: str, deadline: Deadline) -> Stream:
+    return t.stream(
+        "GET",
+        f"{_sandbox(sandbox_id)}/files",
+        operation=Operation.FILE_TRANSFER,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        params={"path": path},
+        idle_timeout=STREAM_IDLE_TIMEOUT,
+    )
+
+
+def exec_command(
+    t: Transport, sandbox_id: str, cmd: str, args: list[str], deadline: Deadline
+) -> dict[str, Any]:
+    """Buffered one-shot exec for housekeeping; its result is ``{exit_code, stdout, stderr}``."""
+    reply = t.call(
+        "POST",
+        f"{_sandbox(sandbox_id)}/exec",
+        operation=Operation.EXEC,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body={"cmd": cmd, "args": args},
+    )
+    result = _object(reply.data, Operation.EXEC).get("result")
+    return _object(result, Operation.EXEC)
+
+
+# Managed processes
+
+
+def create_process(
+    t: Transport, sandbox_id: str, cmd: str, args: list[str], deadline: Deadline
+) -> dict[str, Any]:
+    reply = t.call(
+        "POST",
+        f"{_sandbox(sandbox_id)}/processes",
+        operation=Operation.PROCESS_CREATION,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body={"cmd": cmd, "args": args},
+    )
+    data = _object(reply.data, Operation.PROCESS_CREATION)
+    if not isinstance(data.get("process_id"), str) or not data["process_id"]:
+        raise ProtocolError("the answer to process creation has no process id")
+    return data
+
+
+def get_process(
+    t: Transport, sandbox_id: str, process_id: str, deadline: Deadline
+) -> dict[str, Any] | None:
+    """The process's record, or None if the service no longer knows it (404)."""
+    reply = t.call(
+        "GET",
+        _process(sandbox_id, process_id),
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        allow=frozenset({404}),
+    )
+    return None if reply.status == 404 else _object(reply.data, Operation.PROCESS_CONTROL)
+
+
+def connect_output(
+    t: Transport, sandbox_id: str, process_id: str, after: int, deadline: Deadline
+) -> Stream:
+    """The NDJSON output stream, replaying from sequence ``after + 1``."""
+    return t.stream(
+        "GET",
+        f"{_process(sandbox_id, process_id)}/connect",
+        operation=Operation.OUTPUT_CONNECTION,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        params={"after": str(after)},
+        idle_timeout=STREAM_IDLE_TIMEOUT,
+    )
+
+
+def close_stdin(t: Transport, sandbox_id: str, process_id: str, deadline: Deadline) -> None:
+    """Close the process's stdin; 409 (already closed) is fine."""
+    t.call(
+        "POST",
+        f"{_process(sandbox_id, process_id)}/stdin/close",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        allow=frozenset({409}),
+    )
+
+
+def send_input(
+    t: Transport, sandbox_id: str, process_id: str, data: bytes, deadline: Deadline
+) -> None:
+    t.call(
+        "POST",
+        f"{_process(sandbox_id, process_id)}/input",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body={"data_base64": base64.b64encode(data).decode("ascii")},
+    )
+
+
+def signal_process(
+    t: Transport, sandbox_id: str, process_id: str, signal: str, deadline: Deadline
+) -> None:
+    t.call(
+        "POST",
+        f"{_process(sandbox_id, process_id)}/signal",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        json_body={"signal": signal},
+    )
+
+
+def terminate_process(
+    t: Transport, sandbox_id: str, process_id: str, grace: float, deadline: Deadline
+) -> dict[str, Any] | None:
+    """Terminate the process tree: one request, never repeated except after 429.
+
+    Returns the process record, or None for 404 (already gone). The caller
+    decides on retrying: the containment rule allows exactly one more try.
+    """
+    reply = t.call(
+        "DELETE",
+        _process(sandbox_id, process_id),
+        operation=Operation.PROCESS_CLEANUP,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        params={"grace_ms": str(max(0, round(grace * 1000)))},
+        allow=frozenset({404}),
+    )
+    return None if reply.status == 404 else _object(reply.data, Operation.PROCESS_CLEANUP)
+
+
+def wait_process(
+    t: Transport, sandbox_id: str, process_id: str, scope: str, wait: float, deadline: Deadline
+) -> dict[str, Any] | None:
+    """Long-poll until the leader or tree exits; None when the wait ran out first (408)."""
+    reply = t.call(
+        "GET",
+        f"{_process(sandbox_id, process_id)}/wait",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        params={"scope": scope, "timeout_ms": str(max(0, round(wait * 1000)))},
+        allow=frozenset({408}),
+    )
+    return None if reply.status == 408 else _object(reply.data, Operation.PROCESS_CONTROL)

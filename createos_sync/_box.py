@@ -1,0 +1,34 @@
+"""What the parts of a lease share once its sandbox exists."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import attrs
+
+from ._containment import ProcessTable
+from ._deadline import Deadline
+from ._http import Transport
+from ._retry import Sleep
+
+
+@attrs.frozen
+class Box:
+    """One open sandbox as its processes and file transfers see it."""
+
+    transport: Transport
+    sandbox_id: str
+    table: ProcessTable = attrs.field(factory=ProcessTable)
+    sleep: Sleep = attrs.field(default=time.sleep, repr=False)
+    # Set when the lease starts closing (possibly from another thread, e.g. at
+    # max_lifetime): a run that then loses its process ends as timed out.
+    closing: threading.Event = attrs.field(factory=threading.Event, repr=False)
+
+    def deadline(self, seconds: float | None = None) -> Deadline:
+        """A deadline of ``seconds``, by default the client's operation timeout."""
+        return Deadline.after(self.transport.config.timeout if seconds is None else seconds)
+
+    def cleanup_deadline(self) -> Deadline:
+        """Cleanup never inherits a caller's (possibly spent) deadline."""
+        return Deadline.after(self.transport.config.cleanup_timeout)

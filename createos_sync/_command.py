@@ -1,0 +1,140 @@
+"""Turning a user's command into the process CreateOS starts: quoting, env, cwd, start gate.
+
+Every managed process is ``/bin/bash -c WRAPPER``. The wrapper first waits at
+a *start gate* until the client has attached the output stream, so that no
+output can be written (and evicted from the 1 MiB journal) before anyone
+reads it. It then takes stdin from a staged file or ``/dev/null``, changes
+directory, and ``exec``s ``/bin/bash -lc SCRIPT``, where SCRIPT is the
+user's string, or the user's argv quoted item by item. Per-command
+variables are exported at the start of SCRIPT's first line (after the login
+profile has run, so a PATH of the user's wins, and without shifting the
+user's line numbers): CreateOS only accepts process-level env overrides for
+keys declared at sandbox creation.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import secrets
+import shlex
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+SHELL = "/bin/bash"
+# Linux refuses any single argument longer than MAX_ARG_STRLEN (128 KiB).
+MAX_WRAPPER_BYTES = 120 * 1024
+
+
+class Gate(enum.Enum):
+    """How the wrapper waits for the client before starting the command."""
+
+    # Wait for EOF on stdin; the client releases it with one stdin/close
+    # request. The command's stdin is then the staged file or /dev/null.
+    STDIN_EOF = "stdin_eof"
+    # Wait for one line on stdin; the client releases it with one input
+    # request. stdin stays open for the command (background processes).
+    STDIN_LINE = "stdin_line"
+
+
+RELEASE_LINE = b"\n"
+
+
+def staged_stdin_path() -> str:
+    """(inferred) Where stdin is staged: a fresh name in the sandbox's /tmp."""
+    return f"/tmp/.createos-sync-stdin-{secrets.token_hex(8)}"
+
+
+@attrs.frozen
+class Command:
+    """A validated user command, ready to be wrapped."""
+
+    args: str | tuple[str, ...]
+    cwd: str | None = None
+    env: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+
+    @classmethod
+    def parse(
+        cls,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Command:
+        """Validate user input; raise ValueError (never send a request) if it is unusable."""
+        args: str | tuple[str, ...]
+        if isinstance(cmd, str):
+            if not cmd.strip():
+                raise ValueError("the command is empty")
+            _no_nul(cmd, "the command")
+            args = cmd
+        elif isinstance(cmd, Sequence) and not isinstance(cmd, (bytes, bytearray)):
+            if not cmd:
+                raise ValueError("the argv list is empty")
+            for i, item in enumerate(cmd):
+                if not isinstance(item, str):
+                    raise TypeError(f"argv item {i} is {type(item).__name__}, not str")
+                _no_nul(item, f"argv item {i}")
+            args = tuple(cmd)
+        else:
+            raise TypeError("cmd must be a str (a bash script) or a sequence of str (argv)")
+        if cwd is not None:
+            if not isinstance(cwd, str) or not cwd:
+                raise ValueError("cwd must be a non-empty str")
+            _no_nul(cwd, "cwd")
+        return cls(args, cwd, validate_env(env))
+
+    def script(self) -> str:
+        """The text given to ``bash -lc``: env exports, then the user's command."""
+        body = self.args if isinstance(self.args, str) else "exec " + shlex.join(self.args)
+        if not self.env:
+            return body
+        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in self.env.items())
+        return f"export {exports}; {body}"
+
+    def wrapper(self, gate: Gate, stdin_path: str | None = None) -> list[str]:
+        """The ``args`` of the ``/bin/bash`` process to create."""
+        lines = []
+        if gate is Gate.STDIN_EOF:
+            lines.append("IFS= read -r -d '' _ || :")
+            source = shlex.quote(stdin_path) if stdin_path else "/dev/null"
+            lines.append(f"exec 0<{source} || exit 1")
+            if stdin_path:
+                lines.append(f"rm -f -- {source}")
+        else:
+            lines.append("IFS= read -r _ || :")
+        if self.cwd is not None:
+            lines.append(f"cd -- {shlex.quote(self.cwd)} || exit 1")
+        lines.append(f"exec {SHELL} -lc {shlex.quote(self.script())}")
+        wrapper = "\n".join(lines)
+        if len(wrapper.encode("utf-8", "surrogatepass")) > MAX_WRAPPER_BYTES:
+            raise ValueError(
+                "the command and its env are too long to pass as an argument "
+                f"(over {MAX_WRAPPER_BYTES // 1024} KiB): write the script with "
+                "write_file() and run the file instead"
+            )
+        return ["-c", wrapper]
+
+
+def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """Check names and values of per-command variables; messages never show a value."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise TypeError("env must be a mapping of str to str")
+    checked: dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise ValueError(f"invalid environment variable name {name!r}")
+        if not isinstance(value, str):
+            raise TypeError(f"the value of environment variable {name} is not a str")
+        _no_nul(value, f"the value of environment variable {name}")
+        checked[name] = value
+    return checked
+
+
+def _no_nul(text: str, what: str) -> None:
+    if "\0" in text:
+        raise ValueError(f"{what} contains a NUL character")

@@ -1,0 +1,124 @@
+"""``Client``: configuration, one HTTP session and one request pacer, shared by its leases."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import requests
+
+from . import _api, _retry
+from ._deadline import Deadline
+from ._http import Transport
+from .config import Config, default_shape
+from .lease import Lease, OnExit
+from .models import SandboxInfo, Shape
+
+
+class Client:
+    """A configured connection to CreateOS; safe to share between threads.
+
+    ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
+    ``CREATEOS_API_URL``, ``CREATEOS_SANDBOX_BASE_URL``, then the public
+    service. ``timeout`` is the default deadline of one operation and of one
+    command. ``sleep`` is injectable so that tests of retry paths run instantly.
+
+    Raises:
+        ConfigError: invalid or missing configuration (before any request).
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: float = 300.0,
+        max_retries: int = 3,
+        requests_per_minute: int = 300,
+        session: requests.Session | None = None,
+        sleep: _retry.Sleep = time.sleep,
+    ) -> None:
+        self.config = Config.resolve(
+            api_key,
+            base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            requests_per_minute=requests_per_minute,
+        )
+        self.sleep = sleep
+        self.transport = Transport(self.config, session=session, sleep=sleep)
+
+    def shapes(self) -> list[Shape]:
+        """The machine shapes on offer (1 request)."""
+        items = _api.list_shapes(self.transport, self._deadline())
+        return [Shape.from_api(item) for item in items if isinstance(item, Mapping)]
+
+    def sandboxes(self) -> list[SandboxInfo]:
+        """Every sandbox of the account (1 request per 500)."""
+        return [
+            SandboxInfo.from_api(s) for s in _api.list_sandboxes(self.transport, self._deadline())
+        ]
+
+    def sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """One sandbox (1 request)."""
+        return SandboxInfo.from_api(_api.get_sandbox(self.transport, sandbox_id, self._deadline()))
+
+    def destroy(self, sandbox_id: str) -> None:
+        """Destroy a sandbox; one that is already gone (404) counts as destroyed."""
+        if not isinstance(sandbox_id, str) or not sandbox_id:
+            raise ValueError("sandbox_id must be a non-empty str")
+        _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
+
+    def lease(
+        self,
+        shape: str | None = None,
+        *,
+        rootfs: str | None = None,
+        region: str | None = None,
+        name: str | None = None,
+        egress: Sequence[Mapping[str, Any]] | None = None,
+        env: Mapping[str, str] | None = None,
+        auto_pause_after: int | None = None,
+        max_lifetime: float | None = None,
+        sandbox_id: str | None = None,
+        on_exit: OnExit | None = None,
+        timeout: float | None = None,
+    ) -> Lease:
+        """A lease on a new sandbox (or on ``sandbox_id``) using this client."""
+        return Lease(
+            self,
+            shape=shape or default_shape(),
+            rootfs=rootfs,
+            region=region,
+            name=name,
+            egress=egress,
+            env=env,
+            auto_pause_after=auto_pause_after,
+            max_lifetime=max_lifetime,
+            sandbox_id=sandbox_id,
+            on_exit=on_exit,
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        """Release the HTTP session (if this client created it)."""
+        self.transport.close()
+
+    def _deadline(self) -> Deadline:
+        return Deadline.after(self.config.timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.config.base_url!r})"

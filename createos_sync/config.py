@@ -1,0 +1,116 @@
+"""Client configuration, resolved once: explicit argument, then environment, then default."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import attrs
+
+from .errors import ConfigError
+
+DEFAULT_BASE_URL = "https://api.sb.createos.sh"
+DEFAULT_SHAPE = "s-1vcpu-1gb"
+API_KEY_ENV = "CREATEOS_API_KEY"
+BASE_URL_ENVS = ("CREATEOS_API_URL", "CREATEOS_SANDBOX_BASE_URL")
+SHAPE_ENV = "CREATEOS_SHAPE"
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+@attrs.frozen
+class Config:
+    """Validated settings of one client. The key never appears in the repr."""
+
+    api_key: str = attrs.field(repr=False)
+    base_url: str
+    timeout: float = 300.0
+    max_retries: int = 3
+    requests_per_minute: int = 300
+    cleanup_timeout: float = 60.0
+
+    @property
+    def api_root(self) -> str:
+        """The URL every endpoint path is appended to."""
+        return self.base_url + "/v1"
+
+    @classmethod
+    def resolve(
+        cls,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: float = 300.0,
+        max_retries: int = 3,
+        requests_per_minute: int = 300,
+        environ: Mapping[str, str] | None = None,
+    ) -> Config:
+        """Build a config from arguments and the environment; raise ConfigError if invalid."""
+        env = os.environ if environ is None else environ
+        key = api_key if api_key is not None else env.get(API_KEY_ENV)
+        url = base_url
+        if url is None:
+            url = next((env[name] for name in BASE_URL_ENVS if env.get(name)), DEFAULT_BASE_URL)
+        return cls(
+            api_key=validate_api_key(key),
+            base_url=normalize_base_url(url),
+            timeout=_positive_seconds("timeout", timeout),
+            max_retries=_count("max_retries", max_retries, minimum=0),
+            requests_per_minute=_count("requests_per_minute", requests_per_minute, minimum=1),
+        )
+
+
+def default_shape(environ: Mapping[str, str] | None = None) -> str:
+    """The shape used when a lease names none: ``CREATEOS_SHAPE``, then the default."""
+    env = os.environ if environ is None else environ
+    return env.get(SHAPE_ENV) or DEFAULT_SHAPE
+
+
+def validate_api_key(key: str | None) -> str:
+    """Return the key if usable as a header value; the message never shows it."""
+    if key is None or not key.strip():
+        raise ConfigError(f"no API key: pass api_key= or set {API_KEY_ENV}")
+    if any(c in key for c in "\r\n\0"):
+        raise ConfigError("the API key contains CR, LF or NUL and cannot be sent in a header")
+    return key
+
+
+def normalize_base_url(url: str) -> str:
+    """Validate a base URL and return it without a trailing ``/`` or ``/v1``."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        raise ConfigError("the base URL is not a valid URL") from None
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not host:
+        raise ConfigError("the base URL must be an absolute http(s) URL with a host")
+    if parts.scheme == "http" and host not in _LOOPBACK_HOSTS:
+        raise ConfigError("plain HTTP is only allowed to a loopback host; use https")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError("the base URL must not contain user information")
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        raise ConfigError("the base URL must not contain a query string or a fragment")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+def _positive_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number of seconds")
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name} must be a positive, finite number of seconds")
+    return float(value)
+
+
+def _count(name: str, value: int, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}")
+    return value

@@ -1,0 +1,221 @@
+"""The error hierarchy of ``createos_sync``.
+
+::
+
+    CreateosError
+    ├── ConfigError (also ValueError)     bad configuration, found before any request
+    ├── CreateosApiError                  an HTTP answer (or a lost one) that is a failure:
+    │                                     .status, .operation, .request_id
+    ├── OperationTimeout (also TimeoutError)   an operation outlived its deadline
+    ├── SandboxUnavailable                the sandbox is in a state that cannot serve
+    ├── LeaseClosed (also RuntimeError)   the lease is not open (closed, expired, never opened)
+    ├── ProtocolError                     malformed envelope / frame / sequence
+    │   └── OutputLostError               the journal evicted output before it was read
+    ├── CreateosCleanupError              containment unconfirmed: .sandbox_id,
+    │                                     .process_ids, .sandbox_destroyed
+    └── CommandFailed                     .result (``check=True``)
+        └── CommandTimeout (also TimeoutError)
+
+Messages are built from fixed operation labels, HTTP statuses and ids only:
+never from a response body, a query string, a header or the API key, because
+CreateOS error bodies may echo the request, secrets included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .result import RunResult
+
+
+class Operation:
+    """Fixed labels naming what was being done when an error happened."""
+
+    CATALOG = "catalog lookup"
+    SANDBOX_CREATION = "sandbox creation"
+    SANDBOX_LIFECYCLE = "sandbox lifecycle"
+    SANDBOX_LISTING = "sandbox listing"
+    SANDBOX_CLEANUP = "sandbox cleanup"
+    PROCESS_CREATION = "process creation"
+    PROCESS_CONTROL = "process control"
+    PROCESS_CLEANUP = "process cleanup"
+    OUTPUT_CONNECTION = "output connection"
+    FILE_TRANSFER = "file transfer"
+    EXEC = "housekeeping exec"
+
+
+class CreateosError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(CreateosError, ValueError):
+    """Invalid configuration, detected before any request was sent."""
+
+
+class CreateosApiError(CreateosError):
+    """The service answered with a failure, or the answer was lost.
+
+    ``status`` is the HTTP status, or ``None`` when no answer arrived (a
+    connection error or a timeout). ``outcome_unknown`` is true when the
+    request may have taken effect although it failed (a creation whose reply
+    was lost).
+    """
+
+    def __init__(
+        self,
+        operation: str,
+        status: int | None,
+        *,
+        request_id: str | None = None,
+        detail: str | None = None,
+        outcome_unknown: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        self.operation = operation
+        self.status = status
+        self.request_id = request_id
+        self.outcome_unknown = outcome_unknown
+        self.retry_after = retry_after
+        what = f"HTTP {status}" if status is not None else "no answer"
+        message = f"{what} during {operation}"
+        if request_id:
+            message += f" (request id {request_id})"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+
+class OperationTimeout(CreateosError, TimeoutError):
+    """An operation did not finish within its deadline."""
+
+    def __init__(self, operation: str, seconds: float, detail: str | None = None) -> None:
+        self.operation = operation
+        self.seconds = seconds
+        message = f"{operation} did not finish within {seconds:g} s"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+
+class SandboxUnavailable(CreateosError):
+    """The sandbox reached a state in which it cannot serve (failed, destroyed...)."""
+
+    def __init__(self, sandbox_id: str, status: str, detail: str | None = None) -> None:
+        self.sandbox_id = sandbox_id
+        self.status = status
+        message = f"sandbox {sandbox_id} is {status}"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+
+class LeaseClosed(CreateosError, RuntimeError):
+    """The lease is not open: never opened, already closed, or expired."""
+
+
+class ProtocolError(CreateosError):
+    """The service answered something the protocol does not allow."""
+
+
+class OutputLostError(ProtocolError):
+    """Output was evicted from the process's journal before it could be read."""
+
+
+class CreateosCleanupError(CreateosError):
+    """Containment could not be confirmed: something may still be running.
+
+    ``sandbox_destroyed`` is ``True`` when the sandbox was destroyed as the
+    last resort, ``False`` when that destroy failed too, and ``None`` when it
+    was not attempted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sandbox_id: str | None,
+        process_ids: Sequence[str] = (),
+        sandbox_destroyed: bool | None = None,
+    ) -> None:
+        self.sandbox_id = sandbox_id
+        self.process_ids = tuple(process_ids)
+        self.sandbox_destroyed = sandbox_destroyed
+        super().__init__(message)
+
+
+class CommandFailed(CreateosError):
+    """A command run with ``check=True`` exited non-zero; ``.result`` has its output."""
+
+    def __init__(self, result: RunResult, message: str | None = None) -> None:
+        self.result = result
+        if message is None:
+            if result.signal is not None:
+                ended = f"was killed by {result.signal}"
+            else:
+                ended = f"exited with status {result.exit_code}"
+            message = f"command {result.describe_args()} {ended} (process {result.process_id})"
+        super().__init__(message)
+
+
+class CommandTimeout(CommandFailed, TimeoutError):
+    """A command outlived its timeout; its process tree was terminated."""
+
+    def __init__(self, result: RunResult, timeout: float | None = None) -> None:
+        self.timeout = timeout
+        limit = f" of {timeout:g} s" if timeout is not None else ""
+        super().__init__(
+            result,
+            f"command {result.describe_args()} timed out after its limit{limit}"
+            f" (process {result.process_id})",
+        )
+
+
+def may_have_taken_effect(exc: BaseException) -> bool:
+    """Whether a failed request might still have done its work on the service.
+
+    A definite refusal (a 4xx, a connection never made, a deadline that ran
+    out before sending) did nothing; a 5xx to a creation, a lost answer, a
+    malformed success or an interruption mid-request leaves it unknown.
+    """
+    if isinstance(exc, CreateosApiError):
+        return exc.outcome_unknown
+    return not isinstance(exc, (OperationTimeout, ConfigError, ValueError, TypeError))
+
+
+_NOTE_PREFIX = "CreateosCleanupError: "
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``, also on Python 3.10 (where only ``__notes__`` exists)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:
+        exc.__dict__["__notes__"] = [*getattr(exc, "__notes__", ()), note]
+
+
+def attach_cleanup_failure(exc: BaseException, failure: CreateosCleanupError) -> None:
+    """Attach a cleanup failure to an exception that is already propagating."""
+    add_note(exc, _NOTE_PREFIX + str(failure))
+    exc.__dict__.setdefault("_createos_cleanup_errors", []).append(failure)
+
+
+def is_cleanup_error(exc: BaseException | None) -> bool:
+    """True if ``exc`` is, was caused by, or carries a ``CreateosCleanupError``."""
+    pending = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, CreateosCleanupError):
+            return True
+        if current.__dict__.get("_createos_cleanup_errors"):
+            return True
+        notes = getattr(current, "__notes__", ())
+        if any(isinstance(n, str) and n.startswith(_NOTE_PREFIX) for n in notes):
+            return True
+        pending += [current.__cause__, current.__context__]
+    return False

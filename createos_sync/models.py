@@ -1,0 +1,138 @@
+"""Immutable views of the API's JSON: shapes, sandboxes, processes.
+
+Built with ``from_api``, which reads the fields it knows, tolerates missing
+ones and ignores extra ones (the service may add fields at any time). Nothing
+else of the JSON is kept: sandbox records may echo environment values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
+SANDBOX_GONE = frozenset({"destroyed", "failed"})
+
+
+def _str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _bool(data: Mapping[str, Any], key: str) -> bool | None:
+    value = data.get(key)
+    return value if isinstance(value, bool) else None
+
+
+def _time(data: Mapping[str, Any], key: str) -> datetime | None:
+    value = data.get(key)
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@attrs.frozen
+class Shape:
+    """A machine shape from the catalog."""
+
+    id: str
+    vcpu: float | None = None
+    memory_mib: int | None = None
+    default_disk_mib: int | None = None
+    cpu_quota_pct: int | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Shape:
+        return cls(
+            id=_str(data, "id") or "",
+            vcpu=_number(data, "vcpu"),
+            memory_mib=_int(data, "mem_mib"),
+            default_disk_mib=_int(data, "default_disk_mib"),
+            cpu_quota_pct=_int(data, "cpu_quota_pct"),
+        )
+
+
+@attrs.frozen
+class SandboxInfo:
+    """A sandbox as last read from the service."""
+
+    id: str
+    status: str
+    shape: str | None = None
+    rootfs: str | None = None
+    region: str | None = None
+    created_at: datetime | None = None
+    name: str | None = None
+    ip: str | None = None
+    vcpu: float | None = None
+    memory_mib: int | None = None
+    disk_mib: int | None = None
+    paused_at: datetime | None = None
+    auto_pause_after: int | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
+        return cls(
+            id=_str(data, "id") or "",
+            status=_str(data, "status") or "unknown",
+            shape=_str(data, "shape"),
+            rootfs=_str(data, "rootfs"),
+            region=_str(data, "region"),
+            created_at=_time(data, "created_at"),
+            name=_str(data, "name"),
+            ip=_str(data, "ip"),
+            vcpu=_number(data, "vcpu"),
+            memory_mib=_int(data, "mem_mib"),
+            disk_mib=_int(data, "disk_mib"),
+            paused_at=_time(data, "paused_at"),
+            auto_pause_after=_int(data, "auto_pause_after_seconds"),
+        )
+
+
+@attrs.frozen
+class ProcessInfo:
+    """A managed process as last read from the service."""
+
+    id: str
+    state: str
+    pid: int | None = None
+    leader_exited: bool | None = None
+    tree_exited: bool | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    oldest_seq: int | None = None
+    newest_seq: int | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        output = data.get("output")
+        output = output if isinstance(output, Mapping) else {}
+        return cls(
+            id=_str(data, "process_id") or "",
+            state=_str(data, "state") or "unknown",
+            pid=_int(data, "pid"),
+            leader_exited=_bool(data, "leader_exited"),
+            tree_exited=_bool(data, "tree_exited"),
+            exit_code=_int(data, "exit_code"),
+            signal=_str(data, "signal"),
+            oldest_seq=_int(output, "oldest_seq"),
+            newest_seq=_int(output, "newest_seq"),
+        )

@@ -1,0 +1,90 @@
+"""``RunResult``: what a finished command left behind, shaped like ``CompletedProcess``."""
+
+from __future__ import annotations
+
+import html
+import shlex
+
+import attrs
+
+from .errors import CommandFailed, CommandTimeout
+
+_SHOWN_ARGS = 60
+
+
+@attrs.frozen(repr=False)
+class RunResult:
+    """The outcome of one command.
+
+    ``exit_code`` (and its alias ``returncode``) is None when the process was
+    ended by a signal or by its timeout. ``stdout`` / ``stderr`` hold at most
+    the last ``max_output`` characters each; ``truncated`` says if any were cut.
+    """
+
+    args: str | tuple[str, ...]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    process_id: str
+    signal: str | None = None
+    timed_out: bool = False
+    truncated: bool = False
+    duration: float = 0.0
+    timeout: float | None = attrs.field(default=None, eq=False)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code, as ``subprocess`` calls it."""
+        return self.exit_code
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within its timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def check(self) -> RunResult:
+        """Return self if ``ok``; else raise CommandTimeout or CommandFailed carrying self."""
+        if self.timed_out:
+            raise CommandTimeout(self, self.timeout)
+        if not self.ok:
+            raise CommandFailed(self)
+        return self
+
+    check_returncode = check
+
+    def describe_args(self) -> str:
+        """The command, shortened for messages."""
+        text = self.args if isinstance(self.args, str) else shlex.join(self.args)
+        text = " ".join(text.split())
+        return repr(text if len(text) <= _SHOWN_ARGS else text[: _SHOWN_ARGS - 3] + "...")
+
+    def _outcome(self) -> str:
+        if self.timed_out:
+            return "timed_out=True"
+        if self.signal is not None:
+            return f"signal={self.signal!r}"
+        return f"exit_code={self.exit_code}"
+
+    def __repr__(self) -> str:
+        cut = ", truncated=True" if self.truncated else ""
+        return (
+            f"RunResult(args={self.describe_args()}, {self._outcome()}, "
+            f"stdout=<{len(self.stdout)} chars>, stderr=<{len(self.stderr)} chars>{cut}, "
+            f"duration={self.duration:.2f}s, process_id={self.process_id!r})"
+        )
+
+    def _repr_html_(self) -> str:
+        colour = "#2e7d32" if self.ok else "#c62828"
+        parts = [
+            f"<div><b style='color:{colour}'>{html.escape(self._outcome())}</b> "
+            f"<code>{html.escape(self.describe_args())}</code> "
+            f"<small>{self.duration:.2f}s, {html.escape(self.process_id)}</small></div>"
+        ]
+        for name, text in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if text:
+                tail = text[-2000:]
+                parts.append(
+                    f"<details><summary>{name} ({len(text)} chars)</summary>"
+                    f"<pre>{html.escape(tail)}</pre></details>"
+                )
+        return "".join(parts)
