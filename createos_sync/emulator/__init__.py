@@ -1,0 +1,40 @@
+"""A local emulator of the CreateOS sandbox HTTP API, for development and tests.
+
+``Emulator`` serves the API of PROTOCOL.md on a loopback port from a
+background thread and runs commands as real processes: output journal with
+sequence numbers, replay and eviction, asynchronous status transitions, pause
+by SIGSTOP, rate limiting, and scripted faults (``Fault``) for testing a
+client's recovery paths. ``python -m createos_sync.emulator`` serves it
+standalone.
+
+It is a test stand-in, NEVER a security boundary: commands run as the user
+that runs the emulator, on the host's kernel and network.
+
+Isolation modes (``Emulator.isolation`` says which one is in use):
+
+- ``bwrap``: each command runs under bubblewrap, in its own PID namespace,
+  with the host's system directories read-only and the sandbox's own storage
+  mounted at ``/workspace``, ``/tmp`` and ``/home/user`` (HOME). Paths inside
+  a command mean what they mean on the service.
+- ``none`` (when bubblewrap is missing or does not work): plain child
+  processes whose working directory, HOME and TMPDIR are the sandbox's
+  storage. An absolute path such as ``/workspace`` inside a command refers to
+  the HOST's ``/workspace``; only the files API maps it into the sandbox.
+
+In both modes the files API maps ``/workspace``, ``/tmp`` and ``/home/user``
+into the sandbox's storage and refuses every other path. Egress rules are
+stored and returned but not enforced: commands use the host's network.
+
+Output journal: while no stream is attached, the oldest frames are evicted
+beyond ``journal_bytes`` (a later ``connect`` gets 410). While a stream is
+attached, the emulator stops reading the process's pipes instead of evicting
+frames that stream has not sent, so the process blocks on write: a reading
+client loses nothing.
+"""
+
+from ._faults import OPERATIONS, Fault
+from ._requestlog import RequestRecord
+from ._sandboxes import LiveProcess
+from ._server import Emulator
+
+__all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord"]

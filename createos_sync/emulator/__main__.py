@@ -1,0 +1,73 @@
+"""``python -m createos_sync.emulator``: serve the emulator in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import signal
+import sys
+import threading
+from types import FrameType
+
+from ._server import Emulator
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m createos_sync.emulator",
+        description="Serve a local CreateOS emulator until SIGINT or SIGTERM.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    parser.add_argument("--api-key", default=None, help="API key (default: a random one)")
+    parser.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto")
+    parser.add_argument("--no-rate-limit", action="store_true", help="disable the 300/min limit")
+    parser.add_argument(
+        "--journal-bytes", type=int, default=1 << 20, help="output journal per process (bytes)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the emulator until SIGINT/SIGTERM; returns the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    try:
+        emulator = Emulator(
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            isolation=args.isolation,
+            rate_limit=None if args.no_rate_limit else 300,
+            journal_bytes=args.journal_bytes,
+        )
+        emulator.start()
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        print(f"CreateOS emulator listening on {emulator.url}")
+        print(f"isolation: {emulator.isolation}")
+        print(
+            f"export CREATEOS_API_URL={shlex.quote(emulator.url)} "
+            f"CREATEOS_API_KEY={shlex.quote(emulator.api_key)}",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            pass
+    finally:
+        emulator.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

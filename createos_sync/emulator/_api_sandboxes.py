@@ -1,0 +1,154 @@
+"""Endpoints for the catalog, sandbox lifecycle, egress rules and files.
+
+Egress rules are stored and returned, never enforced: sandboxed commands use
+the host's network in both isolation modes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+from werkzeug.wsgi import FileWrapper
+
+from ._catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
+from ._sandboxes import SandboxSpec, SandboxStore
+from ._storage import CHUNK, PathRefused
+from ._wire import (
+    ApiError,
+    integer,
+    json_body,
+    optional_text,
+    query_int,
+    success,
+    text,
+    text_map,
+)
+
+STATUSES = (
+    "creating", "running", "pausing", "paused", "resuming", "forking",
+    "error", "destroying", "destroyed", "failed",
+)  # fmt: skip
+
+
+class SandboxApi:
+    def __init__(self, store: SandboxStore) -> None:
+        self._store = store
+
+    def healthz(self, request: Request) -> Response:
+        return success({"ok": True})
+
+    def shapes(self, request: Request) -> Response:
+        items = shapes_json()
+        return success(_page(items, len(items), len(items), 0))
+
+    def rootfs(self, request: Request) -> Response:
+        return success(rootfs_json())
+
+    def create(self, request: Request) -> Response:
+        body = json_body(request)
+        shape = SHAPES.get(text(body, "shape"))
+        if shape is None:
+            raise ApiError(400, "unknown shape")
+        rootfs = text(body, "rootfs", default=DEFAULT_ROOTFS)
+        if rootfs not in ROOTFS_NAMES:
+            raise ApiError(400, "unknown rootfs")
+        ingress = body.get("ingress_enabled", False)
+        if not isinstance(ingress, bool):
+            raise ApiError(400, "ingress_enabled must be a boolean")
+        spec = SandboxSpec(
+            shape=shape,
+            rootfs=rootfs,
+            region=text(body, "region", default="local"),
+            name=optional_text(body, "name"),
+            disk_mib=integer(body, "disk_mib", 256, 1 << 20, shape.default_disk_mib) or 0,
+            envs=text_map(body, "envs"),
+            egress=_rules(body),
+            auto_pause_after_seconds=integer(body, "auto_pause_after_seconds", 60, 86400, None),
+            ingress_enabled=ingress,
+        )
+        return success(self._store.create(spec).to_json(), 201)
+
+    def list(self, request: Request) -> Response:
+        limit = query_int(request, "limit", 1, 500, 100)
+        offset = query_int(request, "offset", 0, 1 << 31, 0)
+        status = request.args.get("status") or None
+        if status is not None and status not in STATUSES:
+            raise ApiError(400, "unknown status")
+        chosen, total = self._store.page(status, limit, offset)
+        return success(_page([s.to_json() for s in chosen], total, limit, offset))
+
+    def get(self, request: Request, sandbox_id: str) -> Response:
+        return success(self._store.get(sandbox_id).to_json())
+
+    def delete(self, request: Request, sandbox_id: str) -> Response:
+        sandbox = self._store.destroy(sandbox_id)
+        return success({"id": sandbox.id, "status": sandbox.settle()})
+
+    def pause(self, request: Request, sandbox_id: str) -> Response:
+        return success(self._store.pause(sandbox_id).to_json(), 202)
+
+    def resume(self, request: Request, sandbox_id: str) -> Response:
+        return success(self._store.resume(sandbox_id).to_json(), 202)
+
+    def fork(self, request: Request, sandbox_id: str) -> Response:
+        name = optional_text(json_body(request, optional=True), "name")
+        return success(self._store.fork(sandbox_id, name).to_json(), 201)
+
+    def egress(self, request: Request, sandbox_id: str) -> Response:
+        sandbox = self._store.live(sandbox_id)
+        if request.method == "PUT":
+            sandbox.egress = _rules(json_body(request))
+        return success({"egress": sandbox.egress})
+
+    def file_write(self, request: Request, sandbox_id: str) -> Response:
+        sandbox = self._store.running(sandbox_id)
+        path = _path_arg(request)
+        try:
+            size = sandbox.storage.write(path, _chunks(request))
+        except PathRefused as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        except (NotADirectoryError, IsADirectoryError):
+            raise ApiError(400, "a parent of the path is not a directory") from None
+        return success({"path": path, "size": size})
+
+    def file_read(self, request: Request, sandbox_id: str) -> Response:
+        sandbox = self._store.running(sandbox_id)
+        try:
+            fd, size = sandbox.storage.open_read(_path_arg(request))
+        except PathRefused as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        except (FileNotFoundError, NotADirectoryError):
+            raise ApiError(404, "file not found") from None
+        body = FileWrapper(os.fdopen(fd, "rb"), CHUNK)
+        response = Response(body, mimetype="application/octet-stream", direct_passthrough=True)
+        response.headers["Content-Length"] = str(size)
+        return response
+
+
+def _page(items: list[Any], total: int, limit: int, offset: int) -> dict[str, Any]:
+    return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset}}
+
+
+def _rules(body: dict[str, Any]) -> list[Any]:
+    rules = body.get("egress")
+    if rules is None:
+        return []
+    if not isinstance(rules, list):
+        raise ApiError(400, "egress must be a list of rules")
+    return rules
+
+
+def _path_arg(request: Request) -> str:
+    path = request.args.get("path")
+    if not path:
+        raise ApiError(400, "path is required")
+    return path
+
+
+def _chunks(request: Request) -> Iterator[bytes]:
+    while chunk := request.stream.read(CHUNK):
+        yield chunk
+

@@ -1,0 +1,141 @@
+"""Scripted faults: make chosen requests fail, stall, drop or lie, on purpose.
+
+A fault names one operation (one endpoint) and applies to the next ``times``
+matching requests, after routing, rate limiting and authentication. Faults
+are consumed in the order they were added.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import threading
+from dataclasses import dataclass, fields
+from typing import Any
+
+OPERATIONS = frozenset(
+    {
+        "healthz", "shapes", "rootfs",
+        "sandbox.create", "sandbox.list", "sandbox.get", "sandbox.delete",
+        "sandbox.pause", "sandbox.resume", "sandbox.fork", "sandbox.egress",
+        "file.write", "file.read", "exec",
+        "process.create", "process.list", "process.get", "process.connect",
+        "process.input", "process.stdin_close", "process.signal", "process.wait",
+        "process.delete",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scripted misbehaviour; construction validates the combination.
+
+    ``status``, ``drop`` and ``body`` replace the answer (``perform`` carries
+    out the real action first); ``delay`` stalls before answering;
+    ``drop_after_frames`` cuts a ``process.connect`` stream after that many
+    data frames; ``tree_exited_false`` makes ``process.delete`` answer
+    ``tree_exited: false``, leaving the tree running when ``kill`` is False.
+    """
+
+    operation: str
+    times: int = 1
+    status: int | None = None
+    drop: bool = False
+    perform: bool = False
+    delay: float = 0.0
+    retry_after: int | None = None
+    drop_after_frames: int | None = None
+    tree_exited_false: bool = False
+    kill: bool = True
+    body: bytes | None = None
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            raise ValueError(f"invalid Fault for {self.operation!r}: {problem}")
+
+    def _problem(self) -> str | None:
+        replacements = sum((self.status is not None, self.drop, self.body is not None))
+        stream_change = self.drop_after_frames is not None or self.tree_exited_false
+        if self.operation not in OPERATIONS:
+            return "unknown operation"
+        if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
+            return "times must be a positive integer"
+        if self.status is not None and not (
+            isinstance(self.status, int) and 400 <= self.status <= 599
+        ):
+            return "status must be an HTTP error status (400..599)"
+        if replacements > 1:
+            return "status, drop and body exclude each other"
+        if self.perform and self.status is None and not self.drop:
+            return "perform needs status or drop"
+        if not isinstance(self.delay, (int, float)) or not (
+            math.isfinite(self.delay) and self.delay >= 0
+        ):
+            return "delay must be a finite number >= 0"
+        if self.retry_after is not None and (self.status != 429 or self.retry_after < 0):
+            return "retry_after needs status 429 and a value >= 0"
+        if self.drop_after_frames is not None and (
+            self.operation != "process.connect" or self.drop_after_frames < 0
+        ):
+            return "drop_after_frames applies to process.connect only, and is >= 0"
+        if self.tree_exited_false and self.operation != "process.delete":
+            return "tree_exited_false applies to process.delete only"
+        if not self.kill and not self.tree_exited_false:
+            return "kill=False needs tree_exited_false"
+        if stream_change and replacements:
+            return "drop_after_frames / tree_exited_false exclude status, drop and body"
+        if not (replacements or stream_change or self.delay > 0):
+            return "the fault does nothing"
+        return None
+
+
+def fault_from_json(obj: Any) -> Fault:
+    """A Fault from the admin endpoint's JSON (``body`` as ``body_base64``)."""
+    if not isinstance(obj, dict):
+        raise ValueError("a fault must be a JSON object")
+    known = {f.name for f in fields(Fault)} - {"body"}
+    unknown = set(obj) - known - {"body_base64"}
+    if unknown:
+        raise ValueError(f"unknown fault fields: {sorted(unknown)}")
+    kwargs = {k: v for k, v in obj.items() if k in known}
+    if obj.get("body_base64") is not None:
+        kwargs["body"] = base64.b64decode(obj["body_base64"], validate=True)
+    try:
+        return Fault(**kwargs)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class FaultQueue:
+    """Thread-safe, ordered list of pending faults."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[list[Any]] = []
+
+    def add(self, fault: Fault) -> None:
+        if not isinstance(fault, Fault):
+            raise TypeError("add() takes a Fault")
+        with self._lock:
+            self._pending.append([fault, fault.times])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
+
+    def take(self, operation: str) -> Fault | None:
+        """The first pending fault for ``operation``, using up one of its times."""
+        with self._lock:
+            for entry in self._pending:
+                if entry[0].operation == operation:
+                    entry[1] -= 1
+                    if entry[1] == 0:
+                        self._pending.remove(entry)
+                    fault: Fault = entry[0]
+                    return fault
+        return None
+
+    def pending(self) -> list[Fault]:
+        with self._lock:
+            return [entry[0] for entry in self._pending]

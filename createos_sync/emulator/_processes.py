@@ -1,0 +1,355 @@
+"""A managed process: a real OS process tree with pumped output and a lifecycle.
+
+The leader runs in a new session with three pipes. Two pump threads move its
+stdout and stderr into the output journal (see ``_journal``); a waiter thread
+reaps the leader and then closes the journal with the exit status once the
+pipes are drained: at EOF, or, when a background process keeps a pipe open,
+once the pipe has been found empty ``LINGER`` seconds after the leader exited.
+
+Exit status under bubblewrap: bubblewrap exits with the command's exit code,
+or 128+N when the command was killed by signal N; the two cannot be told
+apart. The emulator reports ``signal`` for 128+N when it delivered signal N
+to that tree itself (signal endpoint, termination, destroy), and
+``exit_code`` otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._isolation import Isolation
+from ._journal import Journal
+from ._proctree import NamespaceTree, ProcessTree, SessionTree, read_stat
+from ._storage import Storage
+from ._wire import timestamp
+
+LINGER = 0.2
+POLL_MS = 100
+KILL_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Command:
+    cmd: str
+    args: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+class StdinClosed(Exception):
+    """The process's stdin is closed (by the client, or because it exited)."""
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+class ManagedProcess:
+    """One process tree of a sandbox, as the processes API sees it."""
+
+    def __init__(
+        self, process_id: str, kind: str, command: Command, journal_bytes: int, frame_bytes: int
+    ) -> None:
+        self.id = process_id
+        self.kind = kind
+        self.command = command
+        self.journal = Journal(journal_bytes)
+        self._frame_bytes = frame_bytes
+        self._lock = threading.Lock()
+        self._state = "starting"
+        self._pid = 0
+        self._tree: ProcessTree | None = None
+        self._tree_exited = False
+        self._created_at = time.time()
+        self._finished_at: float | None = None
+        self._exit_code: int | None = None
+        self._signal: str | None = None
+        self._delivered: set[int] = set()
+        self._done = threading.Event()
+        self._leader_exit: float | None = None
+        self._stopping = False
+        self._stdin_lock = threading.Lock()
+        self._stdin: int | None = None
+        self._input_seq = 0
+        self._namespaced = False
+
+    # -- start -------------------------------------------------------------
+
+    def start(self, isolation: Isolation, storage: Storage) -> None:
+        """Spawn the leader and its pump and waiter threads."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        status_r, status_w = os.pipe() if isolation.reports_status else (None, None)
+        c = self.command
+        launch = isolation.launch(storage, [c.cmd, *c.args], c.cwd, c.env, status_w)
+        try:
+            popen = subprocess.Popen(
+                launch.argv,
+                cwd=launch.cwd,
+                env=launch.env,
+                stdin=in_r,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+                pass_fds=() if status_w is None else (status_w,),
+            )
+        except OSError as exc:
+            for fd in (in_w, out_r, err_r, status_r):
+                if fd is not None:
+                    os.close(fd)
+            self._fail(exc)
+            return
+        finally:
+            for fd in (in_r, out_w, err_w, status_w):
+                if fd is not None:
+                    os.close(fd)
+        self._pid = popen.pid
+        self._stdin = in_w
+        self._tree = self._make_tree(popen.pid, status_r)
+        with self._lock:
+            self._state = "running"
+        drained = [threading.Event(), threading.Event()]
+        self._thread(self._pump, out_r, "stdout", drained[0])
+        self._thread(self._pump, err_r, "stderr", drained[1])
+        self._thread(self._wait_leader, popen, drained, status_r)
+
+    def _thread(self, target: Callable[..., None], *args: object) -> None:
+        threading.Thread(target=target, args=args, name=f"emulator-{self.id}", daemon=True).start()
+
+    def _make_tree(self, pid: int, status_r: int | None) -> ProcessTree:
+        leader = read_stat(pid)
+        start = leader.start_time if leader is not None else -1
+        if status_r is None:
+            return SessionTree(pid, start)
+        self._namespaced = True
+        status = _read_status_line(status_r)
+        init = status.get("child-pid")
+        init_stat = read_stat(init) if isinstance(init, int) else None
+        return NamespaceTree(
+            pid,
+            start,
+            init if isinstance(init, int) else None,
+            init_stat.start_time if init_stat is not None else -1,
+            status.get("pid-namespace"),
+        )
+
+    def _fail(self, exc: OSError) -> None:
+        self.journal.append("stderr", f"{self.command.cmd}: {exc.strerror}\n".encode())
+        code = 127 if exc.errno == errno.ENOENT else 126
+        with self._lock:
+            self._state = "failed"
+            self._tree_exited = True
+            self._finished_at = time.time()
+            self._exit_code = code
+        self.journal.finish(code, None)
+        self._done.set()
+
+    # -- threads -----------------------------------------------------------
+
+    def _pump(self, fd: int, stream: str, drained: threading.Event) -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        try:
+            while not self._stopping:
+                if not poller.poll(POLL_MS):
+                    exited = self._leader_exit
+                    if exited is not None and time.monotonic() - exited >= LINGER:
+                        drained.set()
+                    continue
+                data = os.read(fd, self._frame_bytes)
+                if not data:
+                    break
+                self.journal.append(stream, data)
+        finally:
+            drained.set()
+            os.close(fd)
+
+    def _wait_leader(
+        self, popen: subprocess.Popen[bytes], drained: list[threading.Event], status_r: int | None
+    ) -> None:
+        returncode = popen.wait()
+        finished = time.time()
+        self._leader_exit = time.monotonic()
+        if status_r is not None:
+            os.close(status_r)
+        exit_code, sig = self._decode(returncode)
+        for event in drained:
+            event.wait()
+        self.journal.finish(exit_code, sig)
+        with self._lock:
+            self._state = "exited"
+            self._finished_at = finished
+            self._exit_code = exit_code
+            self._signal = sig
+        self._close_stdin_quietly()
+        self._done.set()
+
+    def _decode(self, returncode: int) -> tuple[int | None, str | None]:
+        if returncode < 0:
+            return None, signal_name(-returncode)
+        with self._lock:
+            delivered = returncode - 128 in self._delivered
+        if self._namespaced and returncode > 128 and delivered:
+            return None, signal_name(returncode - 128)
+        return returncode, None
+
+    # -- queries -----------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def tree_pids(self) -> list[int]:
+        """Live OS processes of the tree (empty once it has fully exited)."""
+        with self._lock:
+            if self._tree_exited or self._tree is None:
+                return []
+            tree = self._tree
+        pids = tree.members()
+        if not pids and self._done.is_set():
+            with self._lock:
+                self._tree_exited = True
+        return pids
+
+    def tree_exited(self) -> bool:
+        return self._done.is_set() and not self.tree_pids()
+
+    def to_json(self) -> dict[str, Any]:
+        tree_exited = self.tree_exited()
+        stats = self.journal.stats()
+        c = self.command
+        with self._lock:
+            return {
+                "process_id": self.id,
+                "kind": self.kind,
+                "pid": self._pid,
+                "state": self._state,
+                "leader_exited": self._done.is_set(),
+                "tree_exited": tree_exited,
+                "exit_code": self._exit_code,
+                "signal": self._signal,
+                "created_at": timestamp(self._created_at),
+                "finished_at": timestamp(self._finished_at),
+                "cmd": c.cmd,
+                "args": c.args,
+                "cwd": c.cwd,
+                "output": {
+                    "oldest_seq": stats.oldest_seq,
+                    "newest_seq": stats.newest_seq,
+                    "bytes": stats.bytes,
+                },
+            }
+
+    # -- control -----------------------------------------------------------
+
+    def write_input(self, data: bytes) -> int:
+        """Write to stdin; returns the input's sequence number."""
+        with self._stdin_lock:
+            if self._stdin is None:
+                raise StdinClosed
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self._stdin, view) :]
+            except BrokenPipeError:
+                raise StdinClosed from None
+            self._input_seq += 1
+            return self._input_seq
+
+    def close_stdin(self) -> None:
+        with self._stdin_lock:
+            if self._stdin is None:
+                raise StdinClosed
+            os.close(self._stdin)
+            self._stdin = None
+
+    def _close_stdin_quietly(self) -> None:
+        with contextlib.suppress(StdinClosed):
+            self.close_stdin()
+
+    def send_signal(self, signum: int) -> None:
+        """Deliver ``signum`` to every process of the tree."""
+        with self._lock:
+            tree = self._tree
+            if signum not in (signal.SIGSTOP, signal.SIGCONT):
+                self._delivered.add(signum)
+        if tree is not None:
+            tree.signal(signum)
+
+    def freeze(self) -> None:
+        # Twice: a process forked while the first pass ran is caught by the second.
+        self.send_signal(signal.SIGSTOP)
+        self.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.send_signal(signal.SIGCONT)
+
+    def kill(self) -> bool:
+        """SIGKILL the tree until it is gone; True if it is."""
+        deadline = time.monotonic() + KILL_TIMEOUT
+        while self.tree_pids():
+            if time.monotonic() > deadline:
+                return False
+            self.send_signal(signal.SIGKILL)
+            time.sleep(0.01)
+        self._done.wait(max(0.0, deadline - time.monotonic()))
+        return True
+
+    def terminate(self, grace: float) -> bool:
+        """SIGTERM the tree, SIGKILL what remains after ``grace``; True if none remains."""
+        with self._lock:
+            if self._state == "running":
+                self._state = "terminating"
+        self.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.tree_pids() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.kill() and self.tree_exited()
+
+    def wait(self, scope: str, timeout: float) -> bool:
+        """Wait until the leader (or the whole tree) has exited; False on timeout."""
+        deadline = time.monotonic() + timeout
+        if not self._done.wait(timeout):
+            return False
+        while scope == "tree" and self.tree_pids():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self) -> None:
+        """Kill the tree and release every thread and pipe (destroy, shutdown)."""
+        self.kill()
+        self._stopping = True
+        self.journal.close()
+        self._close_stdin_quietly()
+
+
+def _read_status_line(fd: int) -> dict[str, Any]:
+    """bubblewrap's first --json-status-fd line: child pid and namespace ids."""
+    raw = b""
+    while not raw.endswith(b"\n"):
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        raw += chunk
+    try:
+        status = json.loads(raw.split(b"\n", 1)[0] or b"{}")
+    except ValueError:
+        return {}
+    return status if isinstance(status, dict) else {}

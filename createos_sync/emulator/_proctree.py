@@ -1,0 +1,146 @@
+"""Which real OS processes belong to one managed process, read from /proc.
+
+Records are not trusted: "is anything still running?" is always answered by
+the kernel. Zombies count as gone (they run nothing; their parent may simply
+not have reaped them yet).
+
+Two kinds of tree:
+
+- ``SessionTree`` (no isolation): the leader was started in a new session, so
+  every descendant, including ones that were reparented after their parent
+  exited, keeps its session id unless it calls ``setsid`` itself (such a
+  process escapes, as it would escape any session-based supervisor).
+- ``NamespaceTree`` (bubblewrap): everything inside the PID namespace that
+  bubblewrap created, plus the bubblewrap monitor process outside it.
+
+A pid is only trusted together with its start time, so a recycled pid is
+never mistaken for a member of a tree that has already ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    state: str
+    session: int
+    start_time: int
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """Parse /proc/PID/stat; None if the process does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain ") ".
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return ProcStat(pid=pid, state=fields[0], session=int(fields[3]), start_time=int(fields[19]))
+
+
+def _running(stat: ProcStat | None) -> bool:
+    return stat is not None and stat.state not in ("Z", "X")
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def is_alive(pid: int, start_time: int) -> bool:
+    """True if ``pid`` is still the process that started at ``start_time`` and not a zombie."""
+    stat = read_stat(pid)
+    return _running(stat) and stat is not None and stat.start_time == start_time
+
+
+def send(pids: list[int], signum: int) -> None:
+    """Signal each pid, ignoring the ones that are already gone."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+class ProcessTree(Protocol):
+    def members(self) -> list[int]:
+        """Pids of the tree's live processes."""
+
+    def signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the processes of the tree."""
+
+
+class SessionTree:
+    """Every live process in the session that the leader opened."""
+
+    def __init__(self, leader: int, start_time: int) -> None:
+        self._leader = leader
+        self._start_time = start_time
+
+    def members(self) -> list[int]:
+        leader = read_stat(self._leader)
+        if leader is not None and leader.start_time != self._start_time:
+            # The leader's pid was recycled. The kernel frees a pid only when
+            # no process uses it as a session id any more, so the tree is gone.
+            return []
+        found = []
+        for pid in _all_pids():
+            stat = read_stat(pid)
+            if _running(stat) and stat is not None and stat.session == self._leader:
+                found.append(pid)
+        return found
+
+    def signal(self, signum: int) -> None:
+        send(self.members(), signum)
+
+
+class NamespaceTree:
+    """The bubblewrap monitor plus every live process in its PID namespace."""
+
+    def __init__(
+        self,
+        monitor: int,
+        monitor_start: int,
+        init: int | None,
+        init_start: int,
+        namespace: int | None,
+    ) -> None:
+        self._monitor = monitor
+        self._monitor_start = monitor_start
+        self._init = init
+        self._init_start = init_start
+        self._namespace = f"pid:[{namespace}]"
+
+    def _inside(self) -> list[int]:
+        # When the namespace's init dies the kernel kills everything in it,
+        # so a dead (or recycled) init means an empty namespace.
+        if self._init is None or not is_alive(self._init, self._init_start):
+            return []
+        found = []
+        for pid in _all_pids():
+            try:
+                if os.readlink(f"/proc/{pid}/ns/pid") != self._namespace:
+                    continue
+            except OSError:
+                continue
+            if _running(read_stat(pid)):
+                found.append(pid)
+        return found
+
+    def members(self) -> list[int]:
+        monitor = [self._monitor] if is_alive(self._monitor, self._monitor_start) else []
+        return monitor + self._inside()
+
+    def signal(self, signum: int) -> None:
+        # Never the monitor: killing it makes bubblewrap SIGKILL the namespace
+        # (--die-with-parent), which would skip the command's own SIGTERM handling.
+        targets = self._inside()
+        if signum == signal.SIGKILL and not targets:
+            targets = self.members()
+        send(targets, signum)
+

@@ -1,0 +1,312 @@
+"""Sandboxes: records, asynchronous status transitions, storage and processes.
+
+A transition (``creating``, ``pausing``, ``resuming``, ``destroying``) takes
+effect at once on the processes and files (pause really SIGSTOPs every
+process, destroy kills them and removes the storage), while the reported
+status reaches its target only after ``transition_delay``, as on the service.
+Idle sandboxes with ``auto_pause_after_seconds`` are paused by a background
+ticker; idle means no API request for that sandbox and no attached stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ._catalog import Shape
+from ._isolation import Isolation
+from ._processes import Command, ManagedProcess
+from ._storage import Storage
+from ._wire import ApiError, timestamp
+
+TICK = 1.0
+
+
+@dataclass(frozen=True)
+class LiveProcess:
+    """A managed process whose tree still has a running OS process."""
+
+    sandbox_id: str
+    process_id: str
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    shape: Shape
+    rootfs: str
+    region: str
+    name: str | None
+    disk_mib: int
+    envs: dict[str, str]
+    egress: list[Any]
+    auto_pause_after_seconds: int | None
+    ingress_enabled: bool
+
+
+@dataclass
+class Sandbox:
+    id: str
+    spec: SandboxSpec
+    storage: Storage
+    ip: str
+    status: str
+    due: float
+    target: str | None
+    created_at: float = field(default_factory=time.time)
+    paused_at: float | None = None
+    spawn_ms: int = 0
+    last_active: float = field(default_factory=time.monotonic)
+    egress: list[Any] = field(default_factory=list)
+    processes: dict[str, ManagedProcess] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def settle(self) -> str:
+        """Finish a transition whose delay has passed; the current status."""
+        with self.lock:
+            if self.target is not None and time.monotonic() >= self.due:
+                if self.target == "paused":
+                    self.paused_at = time.time() - (time.monotonic() - self.due)
+                self.status, self.target = self.target, None
+            return self.status
+
+    def begin(self, status: str, target: str, delay: float) -> None:
+        self.status, self.target, self.due = status, target, time.monotonic() + delay
+
+    def to_json(self) -> dict[str, Any]:
+        status = self.settle()
+        spec = self.spec
+        return {
+            "id": self.id,
+            "name": spec.name,
+            "status": status,
+            "ip": self.ip,
+            "shape": spec.shape.id,
+            "rootfs": spec.rootfs,
+            "vcpu": spec.shape.vcpu,
+            "mem_mib": spec.shape.mem_mib,
+            "disk_mib": spec.disk_mib,
+            "spawn_ms": self.spawn_ms,
+            "egress": self.egress,
+            "region": spec.region,
+            "ingress_enabled": spec.ingress_enabled,
+            "created_at": timestamp(self.created_at),
+            "paused_at": timestamp(self.paused_at) if status == "paused" else None,
+            "auto_pause_after_seconds": spec.auto_pause_after_seconds,
+        }
+
+    def idle_for(self, now: float) -> float:
+        streaming = any(p.journal.readers() for p in list(self.processes.values()))
+        return 0.0 if streaming else now - self.last_active
+
+
+class SandboxStore:
+    """Every sandbox of one emulator, thread-safe."""
+
+    def __init__(
+        self,
+        root: Path,
+        isolation: Isolation,
+        *,
+        transition_delay: float,
+        journal_bytes: int,
+        frame_bytes: int,
+    ) -> None:
+        self._root = root
+        self.isolation = isolation
+        self._delay = transition_delay
+        self._journal_bytes = journal_bytes
+        self._frame_bytes = frame_bytes
+        self._lock = threading.Lock()
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._counter = itertools.count(2)
+        self._closed = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="emulator-autopause", daemon=True)
+        self._ticker.start()
+
+    # -- lookup ------------------------------------------------------------
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """Any known sandbox, destroyed ones included; 404 otherwise."""
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise ApiError(404, "sandbox not found")
+        return sandbox
+
+    def live(self, sandbox_id: str) -> Sandbox:
+        """A sandbox that is not destroyed, marked active; 404 otherwise."""
+        sandbox = self.get(sandbox_id)
+        if sandbox.settle() in ("destroying", "destroyed"):
+            raise ApiError(404, "sandbox not found")
+        sandbox.last_active = time.monotonic()
+        return sandbox
+
+    def running(self, sandbox_id: str) -> Sandbox:
+        sandbox = self.live(sandbox_id)
+        status = sandbox.settle()
+        if status != "running":
+            raise ApiError(409, f"sandbox is {status}, not running")
+        return sandbox
+
+    def page(self, status: str | None, limit: int, offset: int) -> tuple[list[Sandbox], int]:
+        with self._lock:
+            every = list(self._sandboxes.values())
+        chosen = [
+            s for s in every if (s.settle() == status if status else s.settle() != "destroyed")
+        ]
+        return chosen[offset : offset + limit], len(chosen)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> Sandbox:
+        sandbox = self._new(spec)
+        sandbox.storage.create()
+        return self._add(sandbox)
+
+    def fork(self, source_id: str, name: str | None) -> Sandbox:
+        source = self.live(source_id)
+        with source.lock:
+            status = source.settle()
+            if status not in ("running", "paused"):
+                raise ApiError(409, f"sandbox is {status}: only running or paused ones fork")
+            sandbox = self._new(replace(source.spec, name=name))
+            sandbox.egress = list(source.egress)
+            source.storage.copy_to(sandbox.storage)
+        return self._add(sandbox)
+
+    def _new(self, spec: SandboxSpec) -> Sandbox:
+        sandbox_id = f"sb-{secrets.token_hex(8)}"
+        n = next(self._counter)
+        sandbox = Sandbox(
+            id=sandbox_id,
+            spec=spec,
+            storage=Storage(self._root / sandbox_id),
+            ip=f"10.88.{n // 250}.{n % 250 + 2}",
+            status="creating",
+            due=0.0,
+            target=None,
+            spawn_ms=round(self._delay * 1000),
+            egress=list(spec.egress),
+        )
+        sandbox.begin("creating", "running", self._delay)
+        return sandbox
+
+    def _add(self, sandbox: Sandbox) -> Sandbox:
+        with self._lock:
+            self._sandboxes[sandbox.id] = sandbox
+        return sandbox
+
+    def pause(self, sandbox_id: str) -> Sandbox:
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            status = sandbox.settle()
+            if status != "running":
+                raise ApiError(409, f"sandbox is {status}, not running")
+            for process in sandbox.processes.values():
+                process.freeze()
+            sandbox.begin("pausing", "paused", self._delay)
+        return sandbox
+
+    def resume(self, sandbox_id: str) -> Sandbox:
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            status = sandbox.settle()
+            if status not in ("paused", "error"):
+                raise ApiError(409, f"sandbox is {status}, not paused")
+            for process in sandbox.processes.values():
+                process.thaw()
+            sandbox.begin("resuming", "running", self._delay)
+        return sandbox
+
+    def destroy(self, sandbox_id: str) -> Sandbox:
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            sandbox.begin("destroying", "destroyed", self._delay)
+            processes = list(sandbox.processes.values())
+        for process in processes:
+            process.stop()
+        sandbox.storage.remove()
+        return sandbox
+
+    # -- processes ---------------------------------------------------------
+
+    def new_process(self, kind: str, command: Command) -> ManagedProcess:
+        """A process record, not yet started (so a reader can attach first)."""
+        process_id = f"proc-{secrets.token_hex(8)}"
+        return ManagedProcess(process_id, kind, command, self._journal_bytes, self._frame_bytes)
+
+    def spawn(self, sandbox_id: str, process: ManagedProcess) -> None:
+        """Start ``process`` in a running sandbox and register it."""
+        sandbox = self.running(sandbox_id)
+        with sandbox.lock:
+            if sandbox.settle() != "running":
+                raise ApiError(409, "sandbox is no longer running")
+            sandbox.processes[process.id] = process
+            process.start(self.isolation, sandbox.storage)
+
+    def process(self, sandbox_id: str, process_id: str) -> ManagedProcess:
+        """A managed process (not an exec) of a live sandbox; 404 otherwise."""
+        process = self.live(sandbox_id).processes.get(process_id)
+        if process is None or process.kind != "process":
+            raise ApiError(404, "process not found")
+        return process
+
+    def forget(self, sandbox_id: str, process_id: str) -> None:
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is not None:
+            with sandbox.lock:
+                sandbox.processes.pop(process_id, None)
+
+    # -- emulator-wide -----------------------------------------------------
+
+    def live_ids(self) -> list[str]:
+        with self._lock:
+            every = list(self._sandboxes.values())
+        return [s.id for s in every if s.settle() not in ("destroying", "destroyed")]
+
+    def live_processes(self) -> list[LiveProcess]:
+        with self._lock:
+            every = list(self._sandboxes.values())
+        found = []
+        for sandbox in every:
+            with sandbox.lock:
+                processes = list(sandbox.processes.values())
+            for process in processes:
+                pids = process.tree_pids()
+                if pids:
+                    found.append(LiveProcess(sandbox.id, process.id, tuple(pids)))
+        return found
+
+    def close(self) -> None:
+        """Kill every process of every sandbox; storage is left to the caller."""
+        self._closed.set()
+        with self._lock:
+            every = list(self._sandboxes.values())
+        for sandbox in every:
+            with sandbox.lock:
+                processes = list(sandbox.processes.values())
+            for process in processes:
+                process.stop()
+
+    def _tick(self) -> None:
+        while not self._closed.wait(TICK):
+            now = time.monotonic()
+            with self._lock:
+                every = list(self._sandboxes.values())
+            for sandbox in every:
+                limit = sandbox.spec.auto_pause_after_seconds
+                if (
+                    limit is not None
+                    and sandbox.settle() == "running"
+                    and sandbox.idle_for(now) >= limit
+                ):
+                    with contextlib.suppress(ApiError):  # it changed state meanwhile
+                        self.pause(sandbox.id)

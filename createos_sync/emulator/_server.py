@@ -1,0 +1,207 @@
+"""``Emulator``: one emulated CreateOS service on a loopback port, in this process."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ._app import App
+from ._faults import FaultQueue
+from ._http import Connections, serve
+from ._isolation import choose
+from ._ratelimit import RateLimiter
+from ._requestlog import RequestLog, RequestRecord
+from ._sandboxes import LiveProcess, SandboxStore
+from ._wire import ApiError
+
+if TYPE_CHECKING:
+    from werkzeug.serving import BaseWSGIServer
+
+    from createos_sync import Client
+
+log = logging.getLogger("createos_sync.emulator")
+
+
+def _check_loopback(host: str) -> None:
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(f"the emulator only listens on loopback addresses, not {host!r}")
+
+
+class Emulator:
+    """A CreateOS-compatible HTTP server on loopback that runs real processes.
+
+    Use it as a context manager, or call ``start()`` and ``close()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        isolation: str = "auto",
+        transition_delay: float = 0.05,
+        journal_bytes: int = 1 << 20,
+        frame_bytes: int = 64 * 1024,
+        rate_limit: int | None = 300,
+        heartbeat_interval: float = 1.0,
+        root_dir: str | Path | None = None,
+    ) -> None:
+        _check_loopback(host)
+        if isolation not in ("auto", "bwrap", "none"):
+            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
+        if journal_bytes < 1 or frame_bytes < 1 or frame_bytes > journal_bytes:
+            raise ValueError("need 1 <= frame_bytes <= journal_bytes")
+        if transition_delay < 0 or heartbeat_interval <= 0:
+            raise ValueError("transition_delay must be >= 0 and heartbeat_interval > 0")
+        self._host = host
+        self._port = port
+        self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
+        self._isolation_mode = isolation
+        self._transition_delay = transition_delay
+        self._journal_bytes = journal_bytes
+        self._frame_bytes = frame_bytes
+        self._heartbeat = heartbeat_interval
+        self._root_dir = Path(root_dir) if root_dir is not None else None
+        self.faults = FaultQueue()
+        self._requests = RequestLog()
+        self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
+        self._store: SandboxStore | None = None
+        self._server: BaseWSGIServer | None = None
+        self._connections: Connections | None = None
+        self._thread: threading.Thread | None = None
+        self._temp_root: str | None = None
+        self.url = ""
+        self.isolation = ""
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> Emulator:
+        """Probe isolation, bind the port and serve from a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError("the emulator is already started")
+        isolation = choose(self._isolation_mode)
+        if self._root_dir is None:
+            self._temp_root = tempfile.mkdtemp(prefix="createos-emulator-")
+            root = Path(self._temp_root)
+        else:
+            root = self._root_dir
+            root.mkdir(parents=True, exist_ok=True)
+        self._store = SandboxStore(
+            root,
+            isolation,
+            transition_delay=self._transition_delay,
+            journal_bytes=self._journal_bytes,
+            frame_bytes=self._frame_bytes,
+        )
+        app = App(
+            self._store,
+            api_key=self.api_key,
+            faults=self.faults,
+            limiter=self._limiter,
+            requests=self._requests,
+            heartbeat=self._heartbeat,
+        )
+        try:
+            self._server, self._connections = serve(self._host, self._port, app)
+        except BaseException:
+            self._store.close()
+            self._remove_temp_root()
+            raise
+        port = self._server.server_address[1]
+        shown = f"[{self._host}]" if ":" in self._host else self._host
+        self.url = f"http://{shown}:{port}"
+        self.isolation = isolation.name
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="createos-emulator",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("CreateOS emulator serving on %s (isolation: %s)", self.url, self.isolation)
+        return self
+
+    def close(self) -> None:
+        """Kill every process, stop serving, cut open connections, remove the temp root."""
+        if self._store is not None:
+            self._store.close()
+        if self._server is not None and self._thread is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join()
+        if self._connections is not None:
+            self._connections.cut_all()
+        self._server = self._thread = None
+        self._remove_temp_root()
+
+    def _remove_temp_root(self) -> None:
+        if self._temp_root is not None:
+            shutil.rmtree(self._temp_root, ignore_errors=True)
+            self._temp_root = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- for tests ---------------------------------------------------------
+
+    def client(self, **kwargs: Any) -> Client:
+        """A ``createos_sync.Client`` configured for this emulator."""
+        from createos_sync import Client
+
+        return Client(api_key=self.api_key, base_url=self.url, **kwargs)
+
+    @property
+    def request_log(self) -> list[RequestRecord]:
+        return self._requests.records()
+
+    def clear_request_log(self) -> None:
+        self._requests.clear()
+
+    def live_sandboxes(self) -> list[str]:
+        """Ids of the sandboxes that are not destroyed (nor being destroyed)."""
+        return self._require_store().live_ids()
+
+    def live_processes(self) -> list[LiveProcess]:
+        """Processes whose tree still has a running OS process (asks the kernel)."""
+        return self._require_store().live_processes()
+
+    def sandbox_path(self, sandbox_id: str, path: str) -> Path:
+        """The host path where ``path`` of that sandbox is stored."""
+        try:
+            sandbox = self._require_store().get(sandbox_id)
+        except ApiError:
+            raise KeyError(sandbox_id) from None
+        host = sandbox.storage.host_path(path)
+        if host is None:
+            raise ValueError(f"{path!r} is not under /workspace, /tmp or /home/user")
+        return host
+
+    def _require_store(self) -> SandboxStore:
+        if self._store is None:
+            raise RuntimeError("the emulator has not been started")
+        return self._store
+
+    def __repr__(self) -> str:
+        return f"<Emulator {self.url or 'not started'} isolation={self.isolation or '?'}>"
