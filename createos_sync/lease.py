@@ -413,10 +413,7 @@ class Lease:
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         process.validate_stdin(stdin)
-        if not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 0:
-            raise ValueError("max_output must be an int >= 0")
-        if on_output is not None and not callable(on_output):
-            raise TypeError("on_output must be callable")
+        _check_output_options(max_output, on_output)
         limit = _seconds_or_none("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
         capture = Capture(max_output)
@@ -431,6 +428,59 @@ class Lease:
             escalate=self._destroy_now,
         )
         return result.check() if check else result
+
+    def start(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: process.StdinData | None = None,
+        on_output: Callable[[str, str], None] | None = None,
+        echo: bool = False,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> process.Process:
+        """Start a command in the background and return its ``Process``.
+
+        Without ``stdin`` the process's stdin stays open for ``send()`` until
+        ``close_stdin()``. Returns once the output stream is attached and the
+        command released. Request budget: 3, like ``run()``.
+        """
+        command = Command.parse(cmd, cwd=cwd, env=env)
+        process.validate_stdin(stdin)
+        _check_output_options(max_output, on_output)
+        return process.start(
+            self._usable_box(),
+            command,
+            stdin=stdin,
+            max_output=max_output,
+            on_output=on_output,
+            echo=echo_output if echo else None,
+        )
+
+    def process(
+        self,
+        process_id: str,
+        *,
+        on_output: Callable[[str, str], None] | None = None,
+        echo: bool = False,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> process.Process:
+        """Reattach to a process of this sandbox by id (after a kernel restart, say).
+
+        Its output is replayed from whatever the journal still holds. If it is
+        still running, it is terminated when this lease closes.
+        """
+        if not isinstance(process_id, str) or not process_id:
+            raise ValueError("process_id must be a non-empty str")
+        _check_output_options(max_output, on_output)
+        return process.reattach(
+            self._usable_box(),
+            process_id,
+            max_output=max_output,
+            on_output=on_output,
+            echo=echo_output if echo else None,
+        )
 
     def _command_timeout(self) -> float:
         return self._timeout or self._client.transport.config.timeout
@@ -532,6 +582,13 @@ class Lease:
             for k, v in rows
         )
         return f"<table><caption>CreateOS lease</caption>{cells}</table>"
+
+
+def _check_output_options(max_output: int, on_output: object) -> None:
+    if not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 0:
+        raise ValueError("max_output must be an int >= 0")
+    if on_output is not None and not callable(on_output):
+        raise TypeError("on_output must be callable")
 
 
 def _seconds_or_none(name: str, value: float | None) -> float | None:

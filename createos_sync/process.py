@@ -8,22 +8,33 @@ one upload of the staged input.
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from . import _api, files
 from ._box import Box
-from ._command import SHELL, Command, Gate, staged_stdin_path
+from ._command import RELEASE_LINE, SHELL, Command, Gate, staged_stdin_path
 from ._containment import DEFAULT_GRACE, terminate_confirmed
 from ._deadline import Deadline
 from ._follow import Deliver, Follower
 from ._http import Stream
 from ._ndjson import Exit
-from ._output import Capture
-from .errors import CreateosApiError, CreateosError, may_have_taken_effect
-from .result import RunResult
+from ._output import Capture, fan_out
+from .errors import (
+    CreateosApiError,
+    CreateosCleanupError,
+    CreateosError,
+    OperationTimeout,
+    SandboxUnavailable,
+    may_have_taken_effect,
+)
+from .models import ProcessInfo
+from .result import RunResult, describe_args
 
 log = logging.getLogger("createos_sync.process")
 
@@ -177,3 +188,246 @@ def run(
         duration=time.monotonic() - started,
         timeout=timeout,
     )
+
+
+class LiveOutput:
+    """Output waiting for ``Process.output()``: bounded, never blocking the follower."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: collections.deque[tuple[str, str]] = collections.deque()
+        self._size = 0
+        self._ended = False
+        self._ready = threading.Condition()
+
+    def put(self, stream: str, text: str) -> None:
+        with self._ready:
+            self._items.append((stream, text))
+            self._size += len(text)
+            while self._size > self._limit and len(self._items) > 1:
+                self._size -= len(self._items.popleft()[1])
+            self._ready.notify_all()
+
+    def end(self) -> None:
+        with self._ready:
+            self._ended = True
+            self._ready.notify_all()
+
+    def drain(self) -> Iterator[tuple[str, str]]:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._items or self._ended)
+                if not self._items:
+                    return
+                item = self._items.popleft()
+                self._size -= len(item[1])
+            yield item
+
+
+class Process:
+    """A process running in the background of a lease; read it like ``subprocess.Popen``.
+
+    Its output is followed from a thread as soon as it starts, so nothing is
+    evicted from the journal while nobody reads: ``output()`` iterates over
+    it live, ``wait()`` returns the ``RunResult``. Unfinished processes are
+    terminated when the lease closes.
+    """
+
+    def __init__(
+        self,
+        box: Box,
+        process_id: str,
+        args: str | tuple[str, ...],
+        *,
+        max_output: int,
+        on_output: Deliver | None = None,
+        echo: Deliver | None = None,
+        stdin_open: bool = False,
+        after: int = 0,
+    ) -> None:
+        self.id = process_id
+        self.args = args
+        self._box = box
+        self._stdin_open = stdin_open
+        self._capture = Capture(max_output)
+        self._live = LiveOutput(max_output)
+        self._execution = Execution(
+            box,
+            process_id,
+            fan_out(self._capture.write, self._live.put, on_output, echo),
+            after=after,
+        )
+        self._started = time.monotonic()
+        self._attached = threading.Event()
+        self._done = threading.Event()
+        self._exit: Exit | None = None
+        self._error: BaseException | None = None
+        self._duration = 0.0
+        self._thread = threading.Thread(
+            target=self._follow, name=f"createos-{process_id}", daemon=True
+        )
+
+    def _begin(self, release: Callable[[], None] | None) -> None:
+        """Start following; return once the stream is attached and the gate released."""
+        self._release = release
+        self._thread.start()
+        while not self._attached.wait(0.05):
+            if self._done.is_set():
+                break
+        if self._error is not None and not self._attached.is_set():
+            raise self._error
+
+    def _follow(self) -> None:
+        def attached() -> None:
+            if self._release is not None:
+                self._release()
+            self._attached.set()
+
+        try:
+            self._exit = self._execution.follow(Deadline.after(math.inf), attached)
+        except BaseException as exc:  # handed to wait(); the process is stopped below
+            self._error = exc
+            if not self._box.closing.is_set():
+                self._execution.terminate()
+        finally:
+            self._execution.follower.flush()
+            self._duration = time.monotonic() - self._started
+            self._done.set()
+            self._live.end()
+
+    @property
+    def running(self) -> bool:
+        """True until the process was seen to exit (or its following failed)."""
+        return not self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> RunResult:
+        """Wait for the exit and return the result.
+
+        Raises:
+            OperationTimeout: ``timeout`` passed first (the process keeps running).
+            OutputLostError, CreateosApiError: following the output failed.
+        """
+        if not self._done.wait(timeout):
+            raise OperationTimeout(f"waiting for process {self.id}", timeout or 0.0)
+        if self._error is not None:
+            raise self._error
+        terminated = self._exit is None or self._box.closing.is_set()
+        signal = None if self._exit is None else self._exit.signal
+        return RunResult(
+            args=self.args,
+            exit_code=None if terminated or signal or self._exit is None else self._exit.exit_code,
+            stdout=self._capture.stdout.getvalue(),
+            stderr=self._capture.stderr.getvalue(),
+            process_id=self.id,
+            signal=signal,
+            timed_out=terminated,
+            truncated=self._capture.truncated,
+            duration=self._duration,
+        )
+
+    def output(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(stream, text)`` as it arrives, until the process ends.
+
+        Output not yet consumed is buffered up to ``max_output`` characters;
+        beyond that the oldest is dropped (the capture in ``wait()``'s result
+        is unaffected). Meant for one consumer at a time.
+        """
+        return self._live.drain()
+
+    def send(self, data: str | bytes) -> None:
+        """Write to the process's stdin (1 request)."""
+        if not isinstance(data, (str, bytes)):
+            raise TypeError("data must be str or bytes")
+        if not self._stdin_open:
+            raise ValueError("this process's stdin is closed (it was given stdin= or closed)")
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        _api.send_input(
+            self._box.transport, self._box.sandbox_id, self.id, payload, self._box.deadline()
+        )
+
+    def close_stdin(self) -> None:
+        """Close the process's stdin, so that it reads EOF (1 request)."""
+        if self._stdin_open:
+            self._execution.close_stdin(self._box.deadline())
+            self._stdin_open = False
+
+    def terminate(self, grace: float = DEFAULT_GRACE) -> None:
+        """SIGTERM the process tree, SIGKILL what remains after ``grace`` seconds.
+
+        Raises:
+            CreateosCleanupError: the end of the tree could not be confirmed
+                (the lease is then poisoned and will destroy its sandbox).
+        """
+        if not self._execution.terminate(grace):
+            raise CreateosCleanupError(
+                f"termination of process {self.id} could not be confirmed; the lease will "
+                f"destroy sandbox {self._box.sandbox_id} when it closes",
+                sandbox_id=self._box.sandbox_id,
+                process_ids=[self.id],
+            )
+        self._done.wait(5.0)
+
+    def kill(self) -> None:
+        """Terminate the process tree without a grace period."""
+        self.terminate(grace=0.0)
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "finished"
+        return f"<Process {self.id} {state} args={describe_args(self.args)}>"
+
+
+def start(
+    box: Box,
+    command: Command,
+    *,
+    stdin: StdinData | None,
+    max_output: int,
+    on_output: Deliver | None,
+    echo: Deliver | None,
+) -> Process:
+    """Launch ``command`` in the background and attach its output before it starts."""
+    gate = Gate.STDIN_EOF if stdin is not None else Gate.STDIN_LINE
+    deadline = box.deadline()
+    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline)
+    handle = Process(
+        box,
+        process_id,
+        command.args,
+        max_output=max_output,
+        on_output=on_output,
+        echo=echo,
+        stdin_open=stdin is None,
+    )
+
+    def release() -> None:
+        if gate is Gate.STDIN_EOF:
+            _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
+        else:
+            _api.send_input(box.transport, box.sandbox_id, process_id, RELEASE_LINE, deadline)
+
+    handle._begin(release)
+    return handle
+
+
+def reattach(
+    box: Box, process_id: str, *, max_output: int, on_output: Deliver | None, echo: Deliver | None
+) -> Process:
+    """A handle on a process this client did not start here; its output replays from the journal."""
+    record = _api.get_process(box.transport, box.sandbox_id, process_id, box.deadline())
+    if record is None:
+        raise SandboxUnavailable(box.sandbox_id, "missing", f"it has no process {process_id}")
+    info = ProcessInfo.from_api(record)
+    args = tuple(str(a) for a in record.get("args") or ()) or str(record.get("cmd") or process_id)
+    if not info.tree_exited:
+        box.table.started(process_id)
+    handle = Process(
+        box,
+        process_id,
+        args,
+        max_output=max_output,
+        on_output=on_output,
+        echo=echo,
+        stdin_open=False,
+    )
+    handle._begin(None)
+    return handle

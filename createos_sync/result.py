@@ -12,6 +12,13 @@ from .errors import CommandFailed, CommandTimeout
 _SHOWN_ARGS = 60
 
 
+def describe_args(args: str | tuple[str, ...]) -> str:
+    """A command, on one line and shortened, for messages and reprs."""
+    text = args if isinstance(args, str) else shlex.join(args)
+    text = " ".join(text.split())
+    return repr(text if len(text) <= _SHOWN_ARGS else text[: _SHOWN_ARGS - 3] + "...")
+
+
 @attrs.frozen(repr=False)
 class RunResult:
     """The outcome of one command.
@@ -54,9 +61,7 @@ class RunResult:
 
     def describe_args(self) -> str:
         """The command, shortened for messages."""
-        text = self.args if isinstance(self.args, str) else shlex.join(self.args)
-        text = " ".join(text.split())
-        return repr(text if len(text) <= _SHOWN_ARGS else text[: _SHOWN_ARGS - 3] + "...")
+        return describe_args(self.args)
 
     def _outcome(self) -> str:
         if self.timed_out:

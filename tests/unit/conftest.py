@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import responses
+
+from createos_sync import Client
+
+from .wire import BASE, KEY, Service
+
+
+@pytest.fixture
+def mock() -> Iterator[responses.RequestsMock]:
+    with responses.RequestsMock(assert_all_requests_are_fired=True) as rsps:
+        yield rsps
+
+
+@pytest.fixture
+def service(mock: responses.RequestsMock) -> Service:
+    return Service(mock)
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(sleeps: list[float]) -> Iterator[Client]:
+    # A huge request budget keeps the shared pacer out of wire tests; it is tested on its own.
+    with Client(KEY, BASE, requests_per_minute=10**9, sleep=sleeps.append) as c:
+        yield c

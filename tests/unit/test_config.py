@@ -1,0 +1,93 @@
+"""Configuration: precedence, validation, and never showing the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from createos_sync import Client, ConfigError
+from createos_sync.config import Config
+
+
+def test_environment_fallbacks_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CREATEOS_API_KEY", "k-env")
+    monkeypatch.setenv("CREATEOS_SANDBOX_BASE_URL", "https://second.test")
+    assert Config.resolve().base_url == "https://second.test"
+    monkeypatch.setenv("CREATEOS_API_URL", "https://first.test")
+    assert Config.resolve().base_url == "https://first.test"
+    assert Config.resolve(base_url="https://arg.test").base_url == "https://arg.test"
+    assert Config.resolve().api_key == "k-env"
+    assert Config.resolve("k-arg").api_key == "k-arg"
+
+
+def test_default_base_url() -> None:
+    assert Config.resolve("k").api_root == "https://api.sb.createos.sh/v1"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://api.test/v1", "https://api.test"),
+        ("https://api.test/v1/", "https://api.test"),
+        ("https://api.test/", "https://api.test"),
+        ("https://api.test:8443/proxy/v1", "https://api.test:8443/proxy"),
+        ("http://localhost:8080", "http://localhost:8080"),
+        ("http://127.0.0.1:9/v1", "http://127.0.0.1:9"),
+        ("http://[::1]:9", "http://[::1]:9"),
+    ],
+)
+def test_base_url_normalisation(url: str, expected: str) -> None:
+    assert Config.resolve("k", url).base_url == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://api.test",  # plain HTTP off loopback
+        "https://user:pw@api.test",
+        "https://api.test?x=1",
+        "https://api.test#frag",
+        "ftp://api.test",
+        "api.test",
+        "https://",
+        "https://api.test:notaport",
+    ],
+)
+def test_invalid_base_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Client("k", url)
+    assert isinstance(caught.value, ValueError)
+    assert "pw" not in str(caught.value)
+
+
+def test_missing_key_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="CREATEOS_API_KEY"):
+        Client()
+
+
+@pytest.mark.parametrize("key", ["abc\r\nX-Evil: 1", "abc\n", "a\0b", "   "])
+def test_unsendable_keys_are_rejected_without_being_shown(key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Client(key, "https://api.test")
+    assert "abc" not in str(caught.value) and "Evil" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"timeout": 0},
+        {"timeout": float("inf")},
+        {"max_retries": -1},
+        {"requests_per_minute": 0},
+        {"timeout": "5"},
+        {"max_retries": True},
+    ],
+)
+def test_invalid_numbers(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        Client("k", "https://api.test", **kwargs)  # type: ignore[arg-type]
+
+
+def test_repr_hides_the_key() -> None:
+    client = Client("super-secret-key", "https://api.test")
+    assert "super-secret-key" not in repr(client)
+    assert "super-secret-key" not in repr(client.config)

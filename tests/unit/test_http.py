@@ -1,0 +1,226 @@
+"""The transport: envelopes, error mapping, retry classes, Retry-After, redirects, secrets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests
+import urllib3
+
+import createos_sync as cs
+from createos_sync import Client
+from createos_sync._http import parse_retry_after
+
+from .wire import API, KEY, SANDBOX, Service, sandbox
+
+
+def test_success_envelope_is_unwrapped(client: Client, service: Service) -> None:
+    service.add(
+        "GET", f"/sandboxes/{SANDBOX}", body=sandbox(created_at="2026-12-01T10:00:00Z", extra=1)
+    )
+    info = client.sandbox(SANDBOX)
+    assert info.id == SANDBOX and info.status == "running" and info.created_at is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[1, 2]", b'{"status": "fail", "data": {}}', b'{"data": {"id": "x"}}'],
+)
+def test_malformed_envelope_is_a_protocol_error(
+    client: Client, service: Service, body: bytes
+) -> None:
+    service.add("GET", f"/sandboxes/{SANDBOX}", body=body)
+    with pytest.raises(cs.ProtocolError):
+        client.sandbox(SANDBOX)
+
+
+def test_api_error_carries_status_operation_and_request_id(
+    client: Client, service: Service
+) -> None:
+    service.add("GET", f"/sandboxes/{SANDBOX}", 403, headers={"X-Request-Id": "r-9"})
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.sandbox(SANDBOX)
+    error = caught.value
+    assert (error.status, error.operation, error.request_id) == (403, "sandbox lifecycle", "r-9")
+    assert str(error) == "HTTP 403 during sandbox lifecycle (request id r-9)"
+
+
+def test_error_body_echoing_the_key_never_reaches_message_or_repr(
+    client: Client, service: Service
+) -> None:
+    service.add("PUT", f"/sandboxes/{SANDBOX}/files", 400)  # the body echoes KEY (see wire.failure)
+    service.open_running()
+    box = client.lease().open()
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.write_file("/workspace/secret-name.txt", b"x")
+    for text in (str(caught.value), repr(caught.value), repr(caught.value.args)):
+        assert KEY not in text and "secret-name" not in text and "echo" not in text
+    box._finish_close()
+
+
+def test_redirects_are_refused_and_never_followed(client: Client, service: Service) -> None:
+    service.add("GET", "/shapes", 302, body=b"", headers={"Location": "https://evil.test/steal"})
+    with pytest.raises(cs.CreateosApiError, match="redirect refused") as caught:
+        client.shapes()
+    assert caught.value.status == 302
+    assert len(service.mock.calls) == 1
+
+
+def test_429_honours_retry_after_then_succeeds(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.add("GET", "/shapes", 429, headers={"Retry-After": "7"})
+    service.add(
+        "GET", "/shapes", body={"data": [{"id": "s-1vcpu-1gb", "vcpu": 1, "mem_mib": 1024}]}
+    )
+    shapes = client.shapes()
+    assert sleeps == [7.0]
+    assert shapes[0].id == "s-1vcpu-1gb" and shapes[0].memory_mib == 1024
+
+
+def test_429_retry_after_past_the_deadline_is_raised_not_waited(service: Service) -> None:
+    slept: list[float] = []
+    with Client(
+        KEY, "https://api.test", timeout=5, requests_per_minute=10**9, sleep=slept.append
+    ) as c:
+        service.add("GET", "/shapes", 429, headers={"Retry-After": "60"})
+        with pytest.raises(cs.CreateosApiError) as caught:
+            c.shapes()
+    assert caught.value.status == 429 and caught.value.retry_after == 60 and slept == []
+
+
+def test_creation_is_retried_after_429(client: Client, service: Service) -> None:
+    service.create_sandbox(http=429)
+    service.create_sandbox()
+    box = client.lease().open()
+    assert box.id == SANDBOX
+    box._finish_close()
+
+
+# (method path, operation) -> how many attempts a status gets with max_retries=3.
+RETRY_TABLE = [
+    ("GET", 503, 4),
+    ("GET", 500, 4),
+    ("GET", 404, 1),
+    ("GET", 400, 1),
+    ("POST", 503, 1),  # process creation: never repeated after a 5xx
+    ("POST", 500, 1),
+    ("POST", 429, 4),
+    ("DELETE", 503, 4),  # sandbox destroy is idempotent
+]
+
+
+@pytest.mark.parametrize(("method", "status", "attempts"), RETRY_TABLE)
+def test_retry_decisions(
+    client: Client, service: Service, method: str, status: int, attempts: int
+) -> None:
+    service.open_running()
+    box = client.lease().open()
+    path = {
+        "GET": f"/sandboxes/{SANDBOX}",
+        "POST": f"/sandboxes/{SANDBOX}/processes",
+        "DELETE": f"/sandboxes/{SANDBOX}",
+    }[method]
+    for _ in range(attempts):
+        service.add(method, path, status)
+    call = {
+        "GET": box.info,
+        "POST": lambda: box.run("true"),
+        "DELETE": lambda: client.destroy(SANDBOX),
+    }
+    with pytest.raises(cs.CreateosApiError) as caught:
+        call[method]()
+    assert caught.value.status == status
+    assert len(service.calls(method, path)) == attempts
+    box._finish_close()
+
+
+def test_connection_never_made_is_retried_even_for_creation(
+    client: Client, service: Service
+) -> None:
+    refused = requests.ConnectionError(
+        urllib3.exceptions.MaxRetryError(
+            None, "/", urllib3.exceptions.NewConnectionError(None, "refused")
+        )  # type: ignore[arg-type]
+    )
+    service.add("POST", "/sandboxes", body=refused)
+    service.create_sandbox()
+    box = client.lease().open()
+    assert box.id == SANDBOX
+    box._finish_close()
+
+
+def test_lost_answer_to_creation_is_not_retried(client: Client, service: Service) -> None:
+    service.open_running()
+    box = client.lease(on_exit="keep").open()
+    service.add("POST", f"/sandboxes/{SANDBOX}/processes", body=requests.ConnectionError("reset"))
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.run("true")
+    assert caught.value.status is None and caught.value.outcome_unknown
+    assert "reset" not in str(caught.value)
+    assert len(service.calls("POST", "/processes")) == 1
+    box._finish_close()
+
+
+def test_404_on_destroy_is_success(client: Client, service: Service) -> None:
+    service.destroy_sandbox(http=404)
+    client.destroy(SANDBOX)
+
+
+def test_query_string_never_reaches_an_error_message(client: Client, service: Service) -> None:
+    service.open_running()
+    box = client.lease().open()
+    service.add(
+        "GET",
+        f"/sandboxes/{SANDBOX}/files",
+        body=requests.ConnectionError(f"{API}/x?path=/private/key"),
+    )
+    for _ in range(3):
+        service.add(
+            "GET",
+            f"/sandboxes/{SANDBOX}/files",
+            body=requests.ConnectionError("again ?path=/private/key"),
+        )
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.read_file("/private/key")
+    assert "/private/key" not in str(caught.value) and caught.value.__cause__ is None
+    box._finish_close()
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("12", 12.0),
+        ("0", 0.0),
+        (None, None),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
+    ],
+)
+def test_retry_after_parsing(header: str | None, expected: Any) -> None:
+    assert parse_retry_after(header) == expected
+
+
+def test_list_sandboxes_follows_pages(client: Client, service: Service) -> None:
+    first = [sandbox(sandbox_id=f"sb-{i}") for i in range(500)]
+    service.add(
+        "GET",
+        "/sandboxes",
+        body={"data": first, "pagination": {"total": 501, "limit": 500, "offset": 0}},
+    )
+    service.add(
+        "GET",
+        "/sandboxes",
+        body={"data": [sandbox(sandbox_id="sb-last")], "pagination": {"total": 501}},
+    )
+    ids = [s.id for s in client.sandboxes()]
+    assert len(ids) == 501 and ids[-1] == "sb-last"
+    assert "offset=500" in service.mock.calls[1].request.url
+
+
+def test_shapes_accept_the_legacy_key(client: Client, service: Service) -> None:
+    service.add(
+        "GET", "/shapes", body={"shapes": [{"id": "s-1vcpu-256mb", "vcpu": 1, "mem_mib": 256}]}
+    )
+    assert [s.id for s in client.shapes()] == ["s-1vcpu-256mb"]

@@ -1,0 +1,367 @@
+"""Lease open/close over the wire: creation, polling, containment (API.md close steps 1-7)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import responses
+
+import createos_sync as cs
+from createos_sync import Client
+
+from .wire import API, KEY, PROCESS, SANDBOX, Chunked, Service, exit_frame, ndjson, sandbox
+
+
+class Held(Chunked):
+    """An output stream that stays open (a running process) until ``release`` is set."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__([])
+        self.release = release
+        self.sent = False
+
+    def readinto(self, buffer: Any) -> int:
+        if self.sent:
+            return 0
+        self.release.wait(10)
+        piece = ndjson(exit_frame(None, "SIGTERM"))
+        buffer[: len(piece)] = piece
+        self.sent = True
+        return len(piece)
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def start_background(lease: cs.Lease, service: Service, release: threading.Event) -> Any:
+    service.create_process()
+    service.connect(raw=io.BufferedReader(Held(release)))
+    service.add("POST", f"/sandboxes/{SANDBOX}/processes/{PROCESS}/input", body={"input_seq": 1})
+    return lease.start("sleep 1000")
+
+
+# --- opening ------------------------------------------------------------------
+
+
+def test_open_and_close_cost_two_requests_when_created_running(
+    client: Client, service: Service
+) -> None:
+    service.open_running()
+    service.destroy_sandbox()
+    with client.lease() as box:
+        assert box.id == SANDBOX and box.status == "running"
+    assert len(service.mock.calls) == 2
+    assert box.closed
+
+
+def test_open_sends_a_unique_name_and_the_settings(client: Client, service: Service) -> None:
+    service.open_running()
+    service.open_running()
+    first = client.lease("s-2vcpu-4gb", env={"A": "1"}, auto_pause_after=120, name="job").open()
+    second = client.lease().open()
+    bodies = [json.loads(c.request.body) for c in service.calls("POST", "/sandboxes")]
+    assert bodies[0]["shape"] == "s-2vcpu-4gb"
+    assert bodies[0]["envs"] == {"A": "1"} and bodies[0]["auto_pause_after_seconds"] == 120
+    assert bodies[0]["name"].startswith("job-")
+    assert bodies[0]["name"] != bodies[1]["name"]
+    for lease in (first, second):
+        lease._finish_close()
+
+
+def test_open_polls_until_running_backing_off(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.create_sandbox("creating")
+    for status in ("creating", "creating", "creating", "running"):
+        service.get_sandbox(status)
+    service.destroy_sandbox()
+    with client.lease():
+        pass
+    assert len(sleeps) == 3 and sleeps == sorted(sleeps) and sleeps[0] <= 0.1
+
+
+def test_sandbox_that_fails_while_starting_is_destroyed(client: Client, service: Service) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox("failed")
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable, match="failed"):
+        client.lease().open()
+    assert service.calls("DELETE")[-1].request.url.endswith(f"/sandboxes/{SANDBOX}")
+
+
+def test_failed_destroy_after_failed_open_is_a_cleanup_error(
+    client: Client, service: Service
+) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox("error")
+    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 409)
+    service.get_sandbox("failed")
+    for _ in range(4):  # the first try and three retries
+        service.destroy_sandbox(http=503)
+    with pytest.raises(cs.CreateosCleanupError) as caught:
+        client.lease().open()
+    assert caught.value.sandbox_id == SANDBOX and caught.value.sandbox_destroyed is False
+    assert isinstance(caught.value.__cause__, cs.SandboxUnavailable)
+
+
+def test_lost_creation_reply_finds_the_sandbox_by_name_and_destroys_it(
+    client: Client, service: Service
+) -> None:
+    service.create_sandbox(http=502)
+
+    def listing(request: Any) -> tuple[int, dict[str, str], str]:
+        name = json.loads(service.calls("POST", "/sandboxes")[0].request.body)["name"]
+        page = {
+            "data": [sandbox(name="other", sandbox_id="sb-x"), sandbox(name=name)],
+            "pagination": {"total": 2, "limit": 500, "offset": 0},
+        }
+        return 200, {}, json.dumps({"status": "success", "data": page})
+
+    service.mock.add_callback("GET", API + "/sandboxes", callback=listing)
+    service.destroy_sandbox()
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.lease().open()
+    assert caught.value.status == 502
+    assert "no sandbox named" in str(caught.value) and "destroyed" in str(caught.value)
+    assert [c.request.url.split("/v1")[1] for c in service.calls("DELETE")] == [
+        f"/sandboxes/{SANDBOX}"
+    ]
+    assert len(service.calls("POST", "/sandboxes")) == 1  # creation is never repeated
+
+
+def test_lost_creation_reply_that_cannot_be_checked_is_a_cleanup_error(
+    client: Client, service: Service
+) -> None:
+    service.create_sandbox(http=503)
+    for _ in range(4):
+        service.add("GET", "/sandboxes", 500)
+    with pytest.raises(cs.CreateosCleanupError, match="createos-sync ls"):
+        client.lease().open()
+
+
+def test_attach_resumes_a_paused_sandbox_and_keeps_it(client: Client, service: Service) -> None:
+    service.get_sandbox("paused")
+    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 202, {"id": SANDBOX, "status": "resuming"})
+    service.get_sandbox("resuming")
+    service.get_sandbox("running")
+    with cs.lease(sandbox_id=SANDBOX, client=client) as box:
+        assert box.status == "running"
+    assert not service.calls("DELETE")  # on_exit defaults to keep when attaching
+
+
+def test_attach_to_destroyed_sandbox_says_so(client: Client, service: Service) -> None:
+    service.get_sandbox("destroyed")
+    with pytest.raises(cs.SandboxUnavailable, match="destroyed"):
+        client.lease(sandbox_id=SANDBOX).open()
+
+
+# --- closing: on_exit ----------------------------------------------------------
+
+
+def test_on_exit_pause_waits_until_paused(client: Client, service: Service) -> None:
+    service.open_running()
+    service.add("POST", f"/sandboxes/{SANDBOX}/pause", 202, {"id": SANDBOX, "status": "pausing"})
+    service.get_sandbox("pausing")
+    service.get_sandbox("paused")
+    with client.lease(on_exit="pause") as box:
+        pass
+    assert box.closed and not service.calls("DELETE")
+
+
+def test_failed_destroy_is_never_hidden(client: Client, service: Service) -> None:
+    service.open_running()
+    for _ in range(4):
+        service.destroy_sandbox(http=500)
+    box = client.lease().open()
+    with pytest.raises(cs.CreateosCleanupError) as caught:
+        box.close()
+    assert caught.value.sandbox_destroyed is False and caught.value.sandbox_id == SANDBOX
+    box.close()  # idempotent: nothing more is sent
+    assert len(service.calls("DELETE")) == 4
+
+
+def test_body_exception_propagates_unchanged_with_the_cleanup_failure_attached(
+    client: Client, service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.open_running()
+    for _ in range(4):
+        service.destroy_sandbox(http=500)
+    with pytest.raises(ZeroDivisionError) as caught, client.lease():
+        1 / 0  # noqa: B018
+    assert cs.is_cleanup_error(caught.value)
+    assert any(
+        "CreateosCleanupError" in note and SANDBOX in note for note in caught.value.__notes__
+    )
+    assert any(r.levelno >= logging.ERROR and SANDBOX in r.getMessage() for r in caplog.records)
+
+
+# --- closing: the containment rule for unfinished processes ---------------------
+
+
+def test_unfinished_process_is_terminated_on_close(
+    client: Client, service: Service, release: threading.Event
+) -> None:
+    service.open_running()
+    box = client.lease().open()
+    proc = start_background(box, service, release)
+    assert proc.running
+    service.terminate(tree_exited=True)
+    service.destroy_sandbox()
+    box.close()
+    release.set()
+    assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 1
+    assert proc.wait(5).timed_out
+
+
+def test_termination_failing_once_is_retried_once(
+    client: Client, service: Service, release: threading.Event
+) -> None:
+    service.open_running()
+    box = client.lease().open()
+    start_background(box, service, release)
+    service.terminate(http=503)
+    service.terminate(tree_exited=True)
+    service.destroy_sandbox()
+    box.close()
+    assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 2
+
+
+def test_termination_404_counts_as_confirmed(
+    client: Client, service: Service, release: threading.Event
+) -> None:
+    service.open_running()
+    box = client.lease(on_exit="keep").open()
+    start_background(box, service, release)
+    service.terminate(http=404)
+    box.close()
+    assert len(service.calls("DELETE")) == 1
+
+
+def test_tree_still_running_is_confirmed_by_a_later_read(
+    client: Client, service: Service, release: threading.Event
+) -> None:
+    service.open_running()
+    box = client.lease(on_exit="keep").open()
+    start_background(box, service, release)
+    service.terminate(tree_exited=False)
+    service.terminate(tree_exited=False)
+    service.get_process(tree_exited=True)
+    box.close()
+    assert not service.calls("DELETE", f"/sandboxes/{SANDBOX}?")  # kept: no destroy
+
+
+@pytest.mark.parametrize("destroy_status", [200, 500])
+def test_termination_failing_twice_destroys_the_sandbox_and_says_so(
+    client: Client, service: Service, release: threading.Event, destroy_status: int
+) -> None:
+    service.open_running()
+    box = client.lease(on_exit="keep").open()
+    start_background(box, service, release)
+    service.terminate(http=503)
+    service.terminate(http=503)
+    service.get_process(tree_exited=False)
+    for _ in range(1 if destroy_status == 200 else 4):
+        service.destroy_sandbox(http=destroy_status)
+    with pytest.raises(cs.CreateosCleanupError) as caught:
+        box.close()
+    error = caught.value
+    assert error.sandbox_id == SANDBOX and error.process_ids == (PROCESS,)
+    assert error.sandbox_destroyed is (destroy_status == 200)
+    assert PROCESS in str(error) and SANDBOX in str(error)
+    assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 2
+
+
+def test_ambiguous_process_creation_poisons_the_lease(client: Client, service: Service) -> None:
+    service.open_running()
+    box = client.lease(on_exit="keep").open()
+    service.create_process(http=503)
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.run("true")
+    assert caught.value.status == 503 and caught.value.outcome_unknown
+    assert "poisoned" in str(caught.value)
+    assert len(service.calls("POST", "/processes")) == 1  # never created twice
+    before = len(service.mock.calls)
+    with pytest.raises(cs.CreateosCleanupError):
+        box.run("true")
+    assert len(service.mock.calls) == before
+    service.destroy_sandbox()
+    with pytest.raises(cs.CreateosCleanupError) as closed:
+        box.close()
+    assert closed.value.sandbox_destroyed is True and "unknown outcome" in str(closed.value)
+
+
+def test_refused_process_creation_does_not_poison(client: Client, service: Service) -> None:
+    service.open_running()
+    box = client.lease().open()
+    service.create_process(http=400)
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.run("true")
+    assert caught.value.status == 400 and not caught.value.outcome_unknown
+    service.destroy_sandbox()
+    box.close()
+
+
+def test_closed_lease_refuses_further_work(client: Client, service: Service) -> None:
+    service.open_running()
+    service.destroy_sandbox()
+    with client.lease() as box:
+        pass
+    with pytest.raises(cs.LeaseClosed):
+        box.run("true")
+    with pytest.raises(cs.LeaseClosed):
+        box.open()
+
+
+def test_exit_hook_closes_forgotten_leases(client: Client, service: Service) -> None:
+    from createos_sync import _registry
+
+    service.open_running()
+    service.destroy_sandbox()
+    box = client.lease().open()
+    assert box in cs.leases()
+    _registry._close_at_exit()
+    assert box.closed and box not in cs.leases()
+    assert len(service.calls("DELETE")) == 1
+
+
+def test_close_all_closes_every_open_lease(client: Client, service: Service) -> None:
+    service.open_running()
+    service.open_running()
+    service.destroy_sandbox()
+    service.destroy_sandbox()
+    leases = [client.lease().open(), client.lease().open()]
+    cs.close_all()
+    assert all(lease.closed for lease in leases) and cs.leases() == []
+
+
+def test_lease_without_key_names_the_variable() -> None:
+    with pytest.raises(cs.ConfigError, match="CREATEOS_API_KEY"):
+        cs.lease()
+
+
+def test_repr_never_shows_the_key(client: Client) -> None:
+    assert KEY not in repr(client) and KEY not in repr(client.config)
+    assert KEY not in repr(client.lease())
+
+
+@responses.activate
+def test_lease_from_environment_owns_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CREATEOS_API_KEY", KEY)
+    monkeypatch.setenv("CREATEOS_API_URL", "https://api.test/v1/")
+    monkeypatch.setenv("CREATEOS_SHAPE", "s-4vcpu-8gb")
+    responses.add("POST", API + "/sandboxes", json={"status": "success", "data": sandbox()})
+    responses.add("DELETE", API + f"/sandboxes/{SANDBOX}", json={"status": "success", "data": {}})
+    with cs.lease() as box:
+        assert box.client.config.base_url == "https://api.test"
+    assert json.loads(responses.calls[0].request.body)["shape"] == "s-4vcpu-8gb"
+    assert responses.calls[0].request.headers["X-Api-Key"] == KEY

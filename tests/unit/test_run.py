@@ -1,0 +1,245 @@
+"""Lease.run over the wire: budget, output, timeouts, check, stdin, interrupts."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+import createos_sync as cs
+from createos_sync import Client
+
+from .wire import PROCESS, SANDBOX, Chunked, Service, data, exit_frame, ndjson
+
+
+@pytest.fixture
+def box(client: Client, service: Service) -> Any:
+    service.open_running()
+    lease = client.lease().open()
+    yield lease
+    lease._finish_close()  # the tests assert their own cleanup requests
+
+
+def test_plain_run_costs_three_requests_in_gate_order(box: Any, service: Service) -> None:
+    service.run(data(1, "hello\n"), exit_frame(0))
+    before = len(service.mock.calls)
+
+    result = box.run("echo hello")
+
+    calls = service.mock.calls[before:]
+    assert [(c.request.method, c.request.url.split("/v1")[1].split("?")[0]) for c in calls] == [
+        ("POST", f"/sandboxes/{SANDBOX}/processes"),
+        ("GET", f"/sandboxes/{SANDBOX}/processes/{PROCESS}/connect"),
+        ("POST", f"/sandboxes/{SANDBOX}/processes/{PROCESS}/stdin/close"),
+    ]
+    assert "after=0" in calls[1].request.url
+    assert result.stdout == "hello\n"
+    assert result.exit_code == 0 and result.returncode == 0 and result.ok
+    assert result.process_id == PROCESS and not result.timed_out
+
+
+def test_process_is_bash_wrapper_with_gate_then_login_shell(box: Any, service: Service) -> None:
+    service.run(exit_frame(0))
+    box.run("echo hi")
+    body = service.process_bodies()[0]
+    assert body["cmd"] == "/bin/bash"
+    assert body["args"][0] == "-c"
+    wrapper = body["args"][1]
+    assert wrapper.index("read -r -d ''") < wrapper.index("exec /bin/bash -lc")
+    assert "exec 0</dev/null" in wrapper
+
+
+def test_stdout_and_stderr_are_separated_and_decoded_across_frames(
+    box: Any, service: Service
+) -> None:
+    snowman = "☃".encode()  # three bytes, split across two frames
+    service.run(
+        data(1, b"a" + snowman[:1]),
+        data(2, "oops\n", "stderr"),
+        data(3, snowman[1:] + b"b\n"),
+        exit_frame(3),
+    )
+    seen: list[tuple[str, str]] = []
+    result = box.run("x", on_output=lambda s, t: seen.append((s, t)))
+    assert result.stdout == "a☃b\n"
+    assert result.stderr == "oops\n"
+    assert result.exit_code == 3 and not result.ok
+    assert seen == [("stdout", "a"), ("stderr", "oops\n"), ("stdout", "☃b\n")]
+
+
+def test_signal_exit_has_no_exit_code(box: Any, service: Service) -> None:
+    service.run(exit_frame(None, "SIGKILL"))
+    result = box.run("kill -9 $$")
+    assert result.exit_code is None and result.signal == "SIGKILL" and not result.ok
+
+
+def test_dropped_stream_is_replayed_without_duplicates(box: Any, service: Service) -> None:
+    service.create_process()
+    service.connect(data(1, "one\n"), data(2, "two\n"))  # ends without an exit frame: dropped
+    service.close_stdin()
+    service.connect(data(1, "one\n"), data(2, "two\n"), data(3, "three\n"), exit_frame(0))
+    result = box.run("count")
+    assert result.stdout == "one\ntwo\nthree\n"
+    connects = service.calls("GET", "/connect")
+    assert ["after=0" in c.request.url for c in connects] == [True, False]
+    assert "after=2" in connects[1].request.url
+    assert len(service.calls("POST", "/stdin/close")) == 1  # the gate is released once
+
+
+def test_broken_connection_mid_read_reconnects(box: Any, service: Service) -> None:
+    import io
+
+    service.create_process()
+    service.connect(raw=io.BufferedReader(Chunked([], ConnectionResetError("reset"))))
+    service.close_stdin()
+    service.connect(data(1, "ok\n"), exit_frame(0))
+    assert box.run("x").stdout == "ok\n"
+
+
+def test_sequence_gap_is_output_lost(box: Any, service: Service) -> None:
+    service.run(data(1, "a"), data(3, "c"), exit_frame(0))
+    service.terminate()
+    with pytest.raises(cs.OutputLostError):
+        box.run("x")
+    assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 1  # still contained
+
+
+def test_evicted_offset_410_is_output_lost(box: Any, service: Service) -> None:
+    service.create_process()
+    service.connect(http=410)
+    service.terminate()
+    with pytest.raises(cs.OutputLostError):
+        box.run("x")
+
+
+def test_in_stream_eviction_error_is_output_lost(box: Any, service: Service) -> None:
+    service.run(data(1, "a"), {"type": "error", "error": "output_offset_expired"})
+    service.terminate()
+    with pytest.raises(cs.OutputLostError):
+        box.run("x")
+
+
+def test_timeout_terminates_tree_and_keeps_partial_output(box: Any, service: Service) -> None:
+    class Slow(Chunked):
+        def readinto(self, buffer: Any) -> int:
+            if not self.pieces:
+                time.sleep(0.4)  # the command goes quiet past its timeout
+            return super().readinto(buffer)
+
+    import io
+
+    service.create_process()
+    service.connect(raw=io.BufferedReader(Slow([ndjson(data(1, "partial\n"))])))
+    service.close_stdin()
+    service.terminate(tree_exited=True)
+    result = box.run("sleep 100", timeout=0.2)
+    assert result.timed_out and result.exit_code is None and not result.ok
+    assert result.stdout == "partial\n"
+    delete = service.calls("DELETE", f"/processes/{PROCESS}")[0]
+    assert "grace_ms=1000" in delete.request.url
+    with pytest.raises(cs.CommandTimeout) as caught:
+        result.check()
+    assert isinstance(caught.value, TimeoutError) and caught.value.result is result
+
+
+def test_check_raises_command_failed_with_result(box: Any, service: Service) -> None:
+    service.run(data(1, "bad\n", "stderr"), exit_frame(2))
+    with pytest.raises(cs.CommandFailed) as caught:
+        box.run(["false"], check=True)
+    assert caught.value.result.exit_code == 2
+    assert caught.value.result.stderr == "bad\n"
+    assert not isinstance(caught.value, cs.CommandTimeout)
+
+
+def test_capture_keeps_the_tail_but_callbacks_see_everything(box: Any, service: Service) -> None:
+    service.run(data(1, "0123456789"), data(2, "abcdef"), exit_frame(0))
+    seen: list[str] = []
+    result = box.run("x", max_output=4, on_output=lambda s, t: seen.append(t))
+    assert result.stdout == "cdef" and result.truncated
+    assert "".join(seen) == "0123456789abcdef"
+
+
+def test_echo_writes_live_output(
+    box: Any, service: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service.run(data(1, "out\n"), data(2, "err\n", "stderr"), exit_frame(0))
+    box.run("x", echo=True)
+    captured = capsys.readouterr()
+    assert captured.out == "out\n" and captured.err == "err\n"
+
+
+def test_stdin_is_staged_as_a_file_and_redirected(box: Any, service: Service) -> None:
+    service.add("PUT", f"/sandboxes/{SANDBOX}/files", body={})
+    service.run(exit_frame(0))
+    box.run("cat", stdin=b"secret input")
+    put = service.calls("PUT", "/files")[0]
+    assert put.request.body == b"secret input"
+    staged = put.request.params["path"]
+    assert staged.startswith("/tmp/")
+    wrapper = service.process_bodies()[0]["args"][1]
+    assert f"exec 0<{staged}" in wrapper and f"rm -f -- {staged}" in wrapper
+    assert "secret input" not in json.dumps(service.process_bodies())
+    assert len(service.mock.calls) == 1 + 4  # open + PUT, create, connect, release
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"cmd": ""},
+        {"cmd": []},
+        {"cmd": "echo \0"},
+        {"cmd": ["echo", "a\0b"]},
+        {"cmd": "x", "env": {"1BAD": "v"}},
+        {"cmd": "x", "env": {"A-B": "v"}},
+        {"cmd": "x", "env": {"OK": "nul\0"}},
+        {"cmd": "x", "cwd": "/a\0b"},
+        {"cmd": "x", "timeout": -1},
+        {"cmd": "x", "max_output": -1},
+        {"cmd": "x", "stdin": 12},
+        {"cmd": b"bytes"},
+    ],
+)
+def test_invalid_arguments_fail_before_any_request(
+    box: Any, service: Service, kwargs: dict[str, Any]
+) -> None:
+    before = len(service.mock.calls)
+    cmd = kwargs.pop("cmd")
+    with pytest.raises((ValueError, TypeError)):
+        box.run(cmd, **kwargs)
+    assert len(service.mock.calls) == before
+
+
+def test_env_value_never_in_error_message(box: Any) -> None:
+    with pytest.raises(ValueError) as caught:
+        box.run("x", env={"TOKEN": "hunter2\0"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_ctrl_c_terminates_the_remote_process_then_reraises(box: Any, service: Service) -> None:
+    service.run(data(1, "x"), exit_frame(0))
+    service.terminate(tree_exited=True)
+
+    def interrupt(stream: str, text: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        box.run("sleep 100", on_output=interrupt)
+    assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 1
+    assert not box._box.table.poisoned
+
+
+def test_second_ctrl_c_during_termination_destroys_the_sandbox(box: Any, service: Service) -> None:
+    service.run(data(1, "x"), exit_frame(0))
+    service.add("DELETE", f"/sandboxes/{SANDBOX}/processes/{PROCESS}", body=KeyboardInterrupt())
+    service.destroy_sandbox()
+
+    def interrupt(stream: str, text: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        box.run("sleep 100", on_output=interrupt)
+    assert len(service.calls("DELETE", f"/sandboxes/{SANDBOX}")) >= 1
+    assert service.calls("DELETE")[-1].request.url.endswith(f"/sandboxes/{SANDBOX}")
+    assert box.closed
