@@ -243,7 +243,6 @@ class _DropAfter:
         self._request = request
 
     def __iter__(self) -> Iterator[bytes]:
-        yield b""  # the status line and headers go out first
         sent = 0
         for line in self._body:
             data = line.startswith(b'{"type":"data"')

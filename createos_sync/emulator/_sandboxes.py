@@ -15,6 +15,7 @@ import itertools
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,10 @@ class SandboxStore:
         self._sandboxes: dict[str, Sandbox] = {}
         self._counter = itertools.count(2)
         self._closed = threading.Event()
+        # bubblewrap's --die-with-parent fires when the THREAD that spawned it
+        # ends, so every process is spawned by this one long-lived thread
+        # rather than by the request's thread.
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="emulator-spawner")
         self._ticker = threading.Thread(target=self._tick, name="emulator-autopause", daemon=True)
         self._ticker.start()
 
@@ -249,7 +254,7 @@ class SandboxStore:
             if sandbox.settle() != "running":
                 raise ApiError(409, "sandbox is no longer running")
             sandbox.processes[process.id] = process
-            process.start(self.isolation, sandbox.storage)
+            self._spawner.submit(process.start, self.isolation, sandbox.storage).result()
 
     def process(self, sandbox_id: str, process_id: str) -> ManagedProcess:
         """A managed process (not an exec) of a live sandbox; 404 otherwise."""
@@ -295,6 +300,7 @@ class SandboxStore:
                 processes = list(sandbox.processes.values())
             for process in processes:
                 process.stop()
+        self._spawner.shutdown()
 
     def _tick(self) -> None:
         while not self._closed.wait(TICK):

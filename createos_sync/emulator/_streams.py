@@ -48,6 +48,7 @@ class ConnectStream:
         self._heartbeat = heartbeat
 
     def __iter__(self) -> Iterator[bytes]:
+        yield b""  # sends the status line and headers at once
         while True:
             item = self._reader.next(self._heartbeat)
             if item is None:
@@ -96,6 +97,7 @@ class ExecStream:
         decoders = {
             name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
         }
+        yield b""  # sends the status line and headers at once
         while True:
             item = self._reader.next(self._heartbeat)
             if item is None:
