@@ -1,0 +1,46 @@
+"""Integration fixtures: the SDK against the real emulator, over real HTTP, with real processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from createos_sync import Client, Lease
+from createos_sync.emulator import Emulator
+
+# High enough that the interpreter-wide pacer never slows the suite; pacing has its own tests.
+FAST = 1_000_000
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[Emulator]:
+    with Emulator(rate_limit=None) as emu:
+        yield emu
+
+
+@pytest.fixture(autouse=True)
+def _nothing_leaks(emulator: Emulator) -> Iterator[None]:
+    """Every integration test must leave no sandbox and no process behind."""
+    emulator.faults.clear()
+    before = set(emulator.live_sandboxes())
+    yield
+    emulator.faults.clear()
+    leaked = set(emulator.live_sandboxes()) - before
+    with emulator.client(requests_per_minute=FAST) as janitor:
+        for sandbox_id in leaked:  # clean up first, so that one leak does not fail later tests
+            janitor.destroy(sandbox_id)
+    assert not leaked, f"sandboxes leaked: {sorted(leaked)}"
+    assert emulator.live_processes() == []
+
+
+@pytest.fixture
+def client(emulator: Emulator) -> Iterator[Client]:
+    with emulator.client(requests_per_minute=FAST) as c:
+        yield c
+
+
+@pytest.fixture
+def box(client: Client) -> Iterator[Lease]:
+    with client.lease() as lease:
+        yield lease
