@@ -181,9 +181,15 @@ class Lease:
         body["name"] = name
         self._journal.add(Entry(name=name, base_url=transport.config.base_url))
         self._journal_name = name
-        info = _sandbox.create(
-            transport, body, deadline=deadline, cleanup_deadline=self._cleanup_deadline()
-        )
+        try:
+            info = _sandbox.create(
+                transport, body, deadline=deadline, cleanup_deadline=self._cleanup_deadline()
+            )
+        except CreateosCleanupError:
+            raise  # a sandbox may exist: the journal entry stays for `createos-sync reap`
+        except BaseException:
+            self._forget_journal()  # refused, or found and destroyed: nothing is left
+            raise
         self._journal.set_sandbox(name, info.id)
         log.info("created sandbox %s (%s)", info.id, name)
         try:
@@ -263,6 +269,7 @@ class Lease:
             if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
                 self._forget_journal()
             raise
+        deadline = self._cleanup_deadline()  # terminations must not eat the destroy's time
         if box.table.poisoned:
             return self._destroy_poisoned(box, deadline)
         if self._on_exit == "destroy":

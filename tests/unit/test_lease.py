@@ -365,3 +365,38 @@ def test_lease_from_environment_owns_its_client(monkeypatch: pytest.MonkeyPatch)
         assert box.client.config.base_url == "https://api.test"
     assert json.loads(responses.calls[0].request.body)["shape"] == "s-4vcpu-8gb"
     assert responses.calls[0].request.headers["X-Api-Key"] == KEY
+
+
+def test_journal_records_the_sandbox_until_it_is_destroyed(
+    client: Client, service: Service
+) -> None:
+    from createos_sync._journal import Journal
+
+    journal = Journal()
+    service.open_running()
+    service.destroy_sandbox()
+    with client.lease() as box:
+        [entry] = journal.entries()
+        assert entry.sandbox_id == SANDBOX and entry.name.startswith("createos-sync-")
+        assert entry.base_url == "https://api.test" and entry.owner_alive()
+    assert box.closed and journal.entries() == []
+
+
+def test_journal_keeps_a_sandbox_whose_destroy_failed(client: Client, service: Service) -> None:
+    from createos_sync._journal import Journal
+
+    service.open_running()
+    for _ in range(4):
+        service.destroy_sandbox(http=503)
+    with pytest.raises(cs.CreateosCleanupError), client.lease():
+        pass
+    assert [e.sandbox_id for e in Journal().entries()] == [SANDBOX]
+
+
+def test_journal_forgets_a_refused_creation(client: Client, service: Service) -> None:
+    from createos_sync._journal import Journal
+
+    service.create_sandbox(http=400)
+    with pytest.raises(cs.CreateosApiError):
+        client.lease().open()
+    assert Journal().entries() == []
