@@ -151,4 +151,3 @@ def _path_arg(request: Request) -> str:
 def _chunks(request: Request) -> Iterator[bytes]:
     while chunk := request.stream.read(CHUNK):
         yield chunk
-

@@ -256,4 +256,3 @@ class _DropAfter:
         close = getattr(self._body, "close", None)
         if close is not None:
             close()
-

@@ -143,4 +143,3 @@ class NamespaceTree:
         if signum == signal.SIGKILL and not targets:
             targets = self.members()
         send(targets, signum)
-

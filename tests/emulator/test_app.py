@@ -13,9 +13,18 @@ from createos_sync.emulator import Emulator, Fault
 from .helpers import Api
 
 PUBLISHED_SHAPES = [
-    "s-1vcpu-256mb", "s-0.25vcpu-512mb", "s-0.5vcpu-1gb", "s-1vcpu-1gb", "s-1vcpu-2gb",
-    "s-2vcpu-2gb", "s-2vcpu-4gb", "s-4vcpu-4gb", "s-4vcpu-8gb", "s-8vcpu-8gb", "s-8vcpu-16gb",
-]  # fmt: skip
+    "s-1vcpu-256mb",
+    "s-0.25vcpu-512mb",
+    "s-0.5vcpu-1gb",
+    "s-1vcpu-1gb",
+    "s-1vcpu-2gb",
+    "s-2vcpu-2gb",
+    "s-2vcpu-4gb",
+    "s-4vcpu-4gb",
+    "s-4vcpu-8gb",
+    "s-8vcpu-8gb",
+    "s-8vcpu-16gb",
+]
 
 
 def test_catalog_and_health_need_no_key(emu: Emulator) -> None:
@@ -34,8 +43,11 @@ def test_catalog_and_health_need_no_key(emu: Emulator) -> None:
 @pytest.mark.parametrize("key", [None, "wrong", ""])
 def test_everything_else_needs_the_key(emu: Emulator, key: str | None) -> None:
     headers = {} if key is None else {"X-Api-Key": key}
-    for method, path in [("GET", "/v1/sandboxes"), ("POST", "/v1/sandboxes"),
-                         ("GET", "/_emulator/state")]:  # fmt: skip
+    for method, path in [
+        ("GET", "/v1/sandboxes"),
+        ("POST", "/v1/sandboxes"),
+        ("GET", "/_emulator/state"),
+    ]:
         response = requests.request(method, emu.url + path, headers=headers, timeout=10)
         assert response.status_code == 401
         assert response.json() == {
@@ -103,8 +115,12 @@ def test_connections_are_kept_alive(emu: Emulator) -> None:
         sock = conn.sock
         assert first.getheader("Connection") != "close"
         # An error answer to an upload whose body the app never read keeps it usable too.
-        conn.request("PUT", "/v1/sandboxes/sb-nope/files?path=/workspace/x", body=b"x" * 100_000,
-                     headers={"X-Api-Key": emu.api_key})  # fmt: skip
+        conn.request(
+            "PUT",
+            "/v1/sandboxes/sb-nope/files?path=/workspace/x",
+            body=b"x" * 100_000,
+            headers={"X-Api-Key": emu.api_key},
+        )
         second = conn.getresponse()
         second.read()
         assert second.status == 404

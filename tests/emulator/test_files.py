@@ -17,8 +17,13 @@ def files(sandbox_id: str) -> str:
 def test_five_mib_round_trip_is_byte_exact(any_api: Api) -> None:
     sandbox_id = any_api.sandbox()
     payload = os.urandom(5 << 20)
-    put = any_api.call("PUT", files(sandbox_id), params={"path": "/workspace/d/e/blob.bin"},
-                       data=payload, headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    put = any_api.call(
+        "PUT",
+        files(sandbox_id),
+        params={"path": "/workspace/d/e/blob.bin"},
+        data=payload,
+        headers={"Content-Type": "application/octet-stream"},
+    )
     assert put.status_code == 200, put.text
     got = any_api.call("GET", files(sandbox_id), params={"path": "/workspace/d/e/blob.bin"})
     assert got.status_code == 200
@@ -42,10 +47,12 @@ def test_chunked_upload_and_all_three_trees(api: Api) -> None:
 
 def test_files_written_are_seen_by_commands(any_api: Api) -> None:
     sandbox_id = any_api.sandbox()
-    assert any_api.call("PUT", files(sandbox_id), params={"path": "/workspace/in.txt"},
-                        data=b"from the api").ok  # fmt: skip
-    result = any_api.data("POST", f"/v1/sandboxes/{sandbox_id}/exec",
-                          json={"cmd": "cat", "args": ["in.txt"]})["result"]  # fmt: skip
+    assert any_api.call(
+        "PUT", files(sandbox_id), params={"path": "/workspace/in.txt"}, data=b"from the api"
+    ).ok
+    result = any_api.data(
+        "POST", f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "cat", "args": ["in.txt"]}
+    )["result"]
     assert result == {"exit_code": 0, "stdout": "from the api", "stderr": ""}
 
 
@@ -89,8 +96,12 @@ def test_symlinks_pointing_outside_are_refused(api: Api, tmp_path: os.PathLike[s
     (workspace / "inside.txt").write_text("inside")
     for path in ("/workspace/file-link", "/workspace/dir-link/secret"):
         assert api.call("GET", files(sandbox_id), params={"path": path}).status_code == 403
-        assert api.call("PUT", files(sandbox_id), params={"path": path},
-                        data=b"overwritten").status_code == 403  # fmt: skip
+        assert (
+            api.call(
+                "PUT", files(sandbox_id), params={"path": path}, data=b"overwritten"
+            ).status_code
+            == 403
+        )
     with open(secret) as f:
         assert f.read() == "host secret"
     inner = api.call("GET", files(sandbox_id), params={"path": "/workspace/inner-link"})

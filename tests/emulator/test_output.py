@@ -10,7 +10,7 @@ from createos_sync.emulator import Emulator
 
 from .helpers import Api, output, wait_until
 
-GATE = "cat >/dev/null; exec \"$@\""  # waits for stdin EOF, then runs the command
+GATE = 'cat >/dev/null; exec "$@"'  # waits for stdin EOF, then runs the command
 
 
 def gated(api: Api, sandbox_id: str, *argv: str) -> str:

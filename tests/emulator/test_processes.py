@@ -1,0 +1,230 @@
+"""Managed processes: lifecycle, stdin, signals, waits, tree termination, exec."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+
+from .helpers import Api, output, wait_until
+
+
+def test_process_json_and_exit_code(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    reply = any_api.data(
+        "POST",
+        f"/v1/sandboxes/{sandbox_id}/processes",
+        json={"cmd": "bash", "args": ["-c", "exit 7"]},
+    )
+    assert reply["state"] in ("starting", "running", "exited")
+    assert reply["pid"] > 0
+    info = any_api.wait_exit(sandbox_id, reply["process_id"])
+    assert {k: info[k] for k in ("kind", "state", "leader_exited", "exit_code", "signal")} == {
+        "kind": "process",
+        "state": "exited",
+        "leader_exited": True,
+        "exit_code": 7,
+        "signal": None,
+    }
+    assert info["cmd"] == "bash"
+    assert info["args"] == ["-c", "exit 7"]
+    assert info["cwd"] == "/workspace"
+    assert info["finished_at"] is not None
+    assert set(info["output"]) == {"oldest_seq", "newest_seq", "bytes"}
+    listed = any_api.data("GET", f"/v1/sandboxes/{sandbox_id}/processes")["processes"]
+    assert [p["process_id"] for p in listed] == [reply["process_id"]]
+
+
+def test_environment_cwd_and_home(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox(envs={"GREETING": "hello", "OTHER": "x"})
+    any_api.call(
+        "PUT", f"/v1/sandboxes/{sandbox_id}/files", params={"path": "/workspace/sub/f"}, data=b""
+    )
+    script = 'echo "$GREETING $OTHER $LANG"; echo "$PATH"; pwd; cd ~ && pwd'
+    process_id = any_api.process(
+        sandbox_id, "bash", "-c", script, cwd="/workspace/sub", env={"GREETING": "hi"}
+    )
+    lines = output(any_api.frames(sandbox_id, process_id)).decode().splitlines()
+    assert lines[0] == "hi x C.UTF-8"
+    assert lines[1] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    if any_api.emu.isolation == "bwrap":
+        assert lines[2:] == ["/workspace/sub", "/home/user"]
+    else:
+        assert lines[2:] == [
+            str(any_api.emu.sandbox_path(sandbox_id, "/workspace/sub")),
+            str(any_api.emu.sandbox_path(sandbox_id, "/home/user")),
+        ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"cmd": "true", "env": {"UNDECLARED": "1"}},
+        {"cmd": ""},
+        {"cmd": 5},
+        {"cmd": "true", "args": "not a list"},
+        {"cmd": "true", "cwd": "relative"},
+        {"cmd": "true", "cwd": "/workspace/missing"},
+        {"cmd": "nul\0"},
+    ],
+)
+def test_bad_process_requests_are_400(api: Api, body: dict[str, object]) -> None:
+    sandbox_id = api.sandbox()
+    response = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json=body)
+    assert response.status_code == 400, response.text
+
+
+def test_unknown_ids_are_404(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    for method, tail in [
+        ("GET", ""),
+        ("DELETE", ""),
+        ("GET", "/connect"),
+        ("GET", "/wait"),
+        ("POST", "/stdin/close"),
+    ]:
+        path = api.proc_path(sandbox_id, "proc-nope", tail)
+        assert api.call(method, path).status_code == 404
+    assert api.call("GET", "/v1/sandboxes/sb-nope/processes").status_code == 404
+
+
+def test_input_and_stdin_close(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "cat")
+    for i, chunk in enumerate([b"one ", b"two"], start=1):
+        reply = any_api.data(
+            "POST",
+            any_api.proc_path(sandbox_id, process_id, "/input"),
+            json={"data_base64": base64.b64encode(chunk).decode()},
+        )
+        assert reply["input_seq"] == i
+    close = any_api.proc_path(sandbox_id, process_id, "/stdin/close")
+    assert any_api.call("POST", close).status_code == 200
+    assert any_api.call("POST", close).status_code == 409
+    again = any_api.call(
+        "POST", any_api.proc_path(sandbox_id, process_id, "/input"), json={"data_base64": "eA=="}
+    )
+    assert again.status_code == 409
+    frames = any_api.frames(sandbox_id, process_id)
+    assert output(frames) == b"one two"
+    assert frames[-1] == {"type": "exit", "exit_code": 0}
+
+
+def test_wait_times_out_with_408_then_succeeds(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    process_id = api.process(sandbox_id, "sleep", "0.5")
+    path = api.proc_path(sandbox_id, process_id, "/wait")
+    early = api.call("GET", path, params={"timeout_ms": 50})
+    assert early.status_code == 408
+    assert early.json()["status"] == "fail"
+    done = api.data("GET", path, params={"timeout_ms": 20_000, "scope": "tree"})
+    assert done["tree_exited"] is True
+    assert done["exit_code"] == 0
+    assert api.call("GET", path, params={"scope": "everything"}).status_code == 400
+
+
+def test_delete_kills_grandchildren_and_confirms(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "bash", "-c", "sleep 1000 & sleep 1000 & wait")
+    wait_until(lambda: len(_pids(any_api, process_id)) >= 3, what="the grandchildren")
+    reply = any_api.data(
+        "DELETE", any_api.proc_path(sandbox_id, process_id), params={"grace_ms": 1000}
+    )
+    assert reply["tree_exited"] is True
+    assert reply["leader_exited"] is True
+    assert any_api.emu.live_processes() == []
+    again = any_api.data("DELETE", any_api.proc_path(sandbox_id, process_id))
+    assert again["tree_exited"] is True
+
+
+def test_reparented_background_process_is_part_of_the_tree(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    process_id = api.process(sandbox_id, "bash", "-c", "(sleep 1000 &) ; exit 0")
+    info = api.wait_exit(sandbox_id, process_id)
+    assert info["exit_code"] == 0
+    assert info["tree_exited"] is False or api.emu.isolation == "bwrap"
+    reply = api.data("DELETE", api.proc_path(sandbox_id, process_id), params={"grace_ms": 200})
+    assert reply["tree_exited"] is True
+    assert api.emu.live_processes() == []
+
+
+def test_sigterm_ignoring_command_is_killed_after_grace(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "bash", "-c", "trap '' TERM; echo ready; sleep 1000")
+    with any_api.connect(sandbox_id, process_id) as stream:
+        wait_until(lambda: any(b'"data"' in line for line in stream.iter_lines()))
+    started = time.monotonic()
+    reply = any_api.data(
+        "DELETE", any_api.proc_path(sandbox_id, process_id), params={"grace_ms": 300}
+    )
+    assert time.monotonic() - started >= 0.3
+    assert reply["tree_exited"] is True
+    assert reply["signal"] == "SIGKILL"
+    assert reply["exit_code"] is None
+    frames = any_api.frames(sandbox_id, process_id)
+    assert frames[-1] == {"type": "exit", "signal": "SIGKILL"}
+
+
+def test_signal_endpoint_reaches_the_whole_tree(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "bash", "-c", "sleep 1000 & wait")
+    wait_until(lambda: len(_pids(any_api, process_id)) >= 2, what="the child")
+    path = any_api.proc_path(sandbox_id, process_id, "/signal")
+    assert any_api.call("POST", path, json={"signal": "SIGBOGUS"}).status_code == 400
+    assert any_api.call("POST", path, json={"signal": "SIGTERM"}).status_code == 200
+    info = any_api.wait_exit(sandbox_id, process_id, scope="tree")
+    assert info["signal"] == "SIGTERM"
+    assert info["tree_exited"] is True
+
+
+def test_missing_command(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "no-such-command-here")
+    info = any_api.wait_exit(sandbox_id, process_id)
+    assert info["exit_code"] not in (0, None)
+    assert info["tree_exited"] is True
+
+
+def test_exec_buffered_and_streamed(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    exec_path = f"/v1/sandboxes/{sandbox_id}/exec"
+    reply = any_api.data(
+        "POST",
+        exec_path,
+        json={"cmd": "bash", "args": ["-c", "cat; echo e >&2; exit 4"], "stdin": "héllo"},
+    )
+    assert reply["result"] == {"exit_code": 4, "stdout": "héllo", "stderr": "e\n"}
+    assert isinstance(reply["exec_ms"], int)
+    streamed = any_api.call(
+        "POST",
+        exec_path,
+        params={"stream": "true"},
+        json={"cmd": "bash", "args": ["-c", "echo a; echo b >&2"]},
+    )
+    assert streamed.headers["Content-Type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in streamed.iter_lines() if line]
+    assert {"stdout": "a\n"} in lines
+    assert {"stderr": "b\n"} in lines
+    assert lines[-1] == {"exit_code": 0}
+    assert any_api.data("GET", f"/v1/sandboxes/{sandbox_id}/processes")["processes"] == []
+
+
+def test_bwrap_sandbox_sees_its_own_root_and_pids(bwrap_api: Api) -> None:
+    sandbox_id = bwrap_api.sandbox()
+    script = "ls -d /workspace /tmp /home/user; ls /proc | grep -c '^[0-9]'; touch /usr/x"
+    result = bwrap_api.data(
+        "POST", f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "bash", "args": ["-c", script]}
+    )["result"]
+    lines = result["stdout"].splitlines()
+    assert sorted(lines[:3]) == ["/home/user", "/tmp", "/workspace"]
+    assert int(lines[3]) < 10  # only the namespace's own processes
+    assert "Read-only file system" in result["stderr"]
+
+
+def _pids(api: Api, process_id: str) -> tuple[int, ...]:
+    for live in api.emu.live_processes():
+        if live.process_id == process_id:
+            return live.pids
+    return ()

@@ -1,0 +1,163 @@
+"""Sandbox lifecycle: validation, asynchronous transitions, pause, fork, destroy."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .helpers import Api, wait_until
+
+SANDBOX_FIELDS = {
+    "id",
+    "name",
+    "status",
+    "ip",
+    "shape",
+    "rootfs",
+    "vcpu",
+    "mem_mib",
+    "disk_mib",
+    "spawn_ms",
+    "egress",
+    "region",
+    "created_at",
+    "paused_at",
+    "auto_pause_after_seconds",
+}
+
+
+def test_creation_is_asynchronous_and_fields_are_complete(api: Api) -> None:
+    created = api.data(
+        "POST",
+        "/v1/sandboxes",
+        json={"shape": "s-2vcpu-4gb", "name": "unique-name-1", "auto_pause_after_seconds": 600},
+    )
+    assert created["status"] == "creating"
+    assert set(created) >= SANDBOX_FIELDS
+    assert (created["vcpu"], created["mem_mib"], created["shape"]) == (2, 4096, "s-2vcpu-4gb")
+    api.wait_status(created["id"], "running")
+    page = api.data("GET", "/v1/sandboxes")
+    assert page["pagination"]["total"] == 1
+    [listed] = page["data"]
+    assert (listed["id"], listed["name"], listed["status"]) == (
+        created["id"],
+        "unique-name-1",
+        "running",
+    )
+    assert listed["auto_pause_after_seconds"] == 600
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"shape": "s-64vcpu-1tb"},
+        {"shape": "s-1vcpu-1gb", "auto_pause_after_seconds": 59},
+        {"shape": "s-1vcpu-1gb", "auto_pause_after_seconds": 86401},
+        {"shape": "s-1vcpu-1gb", "envs": {"A": 1}},
+        {"shape": "s-1vcpu-1gb", "envs": ["A"]},
+        {"shape": "s-1vcpu-1gb", "rootfs": "windows-95"},
+        {"shape": "s-1vcpu-1gb", "egress": "everything"},
+        {"shape": "s-1vcpu-1gb", "name": 3},
+    ],
+)
+def test_bad_creation_requests_are_400(api: Api, body: dict[str, object]) -> None:
+    response = api.call("POST", "/v1/sandboxes", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["status"] == "fail"
+    assert api.emu.live_sandboxes() == []
+
+
+def test_list_pages_and_status_filter(api: Api) -> None:
+    ids = [api.sandbox(name=f"n{i}") for i in range(3)]
+    first = api.data("GET", "/v1/sandboxes", params={"limit": 2, "offset": 0})
+    second = api.data("GET", "/v1/sandboxes", params={"limit": 2, "offset": 2})
+    assert [s["id"] for s in first["data"] + second["data"]] == ids
+    assert first["pagination"] == {"total": 3, "limit": 2, "offset": 0}
+    assert api.call("GET", "/v1/sandboxes", params={"limit": 501}).status_code == 400
+    api.data("DELETE", f"/v1/sandboxes/{ids[0]}")
+    api.wait_status(ids[0], "destroyed")
+    remaining = api.data("GET", "/v1/sandboxes")["data"]
+    assert [s["id"] for s in remaining] == ids[1:]
+    destroyed = api.data("GET", "/v1/sandboxes", params={"status": "destroyed"})["data"]
+    assert [s["id"] for s in destroyed] == ids[:1]
+
+
+def test_delete_is_asynchronous_and_a_second_delete_is_404(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    reply = api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
+    assert reply == {"id": sandbox_id, "status": "destroying"}
+    assert api.emu.live_sandboxes() == []
+    api.wait_status(sandbox_id, "destroyed")
+    assert api.call("DELETE", f"/v1/sandboxes/{sandbox_id}").status_code == 404
+    assert api.call("DELETE", "/v1/sandboxes/sb-unknown").status_code == 404
+    files = api.call("GET", f"/v1/sandboxes/{sandbox_id}/files", params={"path": "/workspace/x"})
+    assert files.status_code == 404
+
+
+def test_destroy_kills_every_process_and_removes_storage(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    workspace = any_api.emu.sandbox_path(sandbox_id, "/workspace")
+    for _ in range(2):
+        any_api.process(sandbox_id, "bash", "-c", "sleep 1000 & sleep 1000 & wait")
+    wait_until(lambda: len(any_api.emu.live_processes()) == 2, what="two live processes")
+    any_api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
+    assert any_api.emu.live_processes() == []
+    assert not workspace.exists()
+
+
+def test_pause_freezes_and_resume_continues(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    counter = any_api.emu.sandbox_path(sandbox_id, "/workspace/counter")
+    any_api.process(sandbox_id, "bash", "-c", "while true; do echo x >> counter; sleep 0.02; done")
+    wait_until(lambda: counter.exists() and counter.stat().st_size > 10, what="counting")
+    paused = any_api.call("POST", f"/v1/sandboxes/{sandbox_id}/pause")
+    assert paused.status_code == 202
+    assert paused.json()["data"]["status"] == "pausing"
+    any_api.wait_status(sandbox_id, "paused")
+    info = any_api.data("GET", f"/v1/sandboxes/{sandbox_id}")
+    assert info["paused_at"] is not None
+    frozen = counter.stat().st_size
+    time.sleep(0.3)
+    assert counter.stat().st_size == frozen
+    assert any_api.call("POST", f"/v1/sandboxes/{sandbox_id}/pause").status_code == 409
+    new = any_api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
+    assert new.status_code == 409
+    assert any_api.call("POST", f"/v1/sandboxes/{sandbox_id}/resume").status_code == 202
+    any_api.wait_status(sandbox_id, "running")
+    wait_until(lambda: counter.stat().st_size > frozen, what="counting again")
+    assert any_api.call("POST", f"/v1/sandboxes/{sandbox_id}/resume").status_code == 409
+
+
+def test_processes_cannot_start_while_creating(api: Api) -> None:
+    sandbox_id = api.data("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb"})["id"]
+    response = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
+    assert response.status_code == 409
+
+
+def test_fork_copies_files_into_a_new_sandbox(api: Api) -> None:
+    source = api.sandbox()
+    files = f"/v1/sandboxes/{source}/files"
+    assert api.call("PUT", files, params={"path": "/workspace/kept"}, data=b"kept").ok
+    fork = api.call("POST", f"/v1/sandboxes/{source}/fork", json={"name": "forked"})
+    assert fork.status_code == 201
+    forked = fork.json()["data"]
+    assert forked["id"] != source
+    assert forked["name"] == "forked"
+    api.wait_status(forked["id"], "running")
+    copied = api.call(
+        "GET", f"/v1/sandboxes/{forked['id']}/files", params={"path": "/workspace/kept"}
+    )
+    assert copied.content == b"kept"
+    assert api.call("PUT", files, params={"path": "/workspace/kept"}, data=b"changed").ok
+    assert api.emu.sandbox_path(forked["id"], "/workspace/kept").read_bytes() == b"kept"
+
+
+def test_egress_rules_are_stored(api: Api) -> None:
+    sandbox_id = api.sandbox(egress=[{"allow": "pypi.org"}])
+    path = f"/v1/sandboxes/{sandbox_id}/egress"
+    assert api.data("GET", path) == {"egress": [{"allow": "pypi.org"}]}
+    assert api.data("PUT", path, json={"egress": []}) == {"egress": []}
+    assert api.data("GET", path) == {"egress": []}
+    assert api.call("PUT", path, json={"egress": 1}).status_code == 400

@@ -1,0 +1,107 @@
+"""The Emulator object and the standalone command line."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+
+from createos_sync.emulator import Emulator
+from createos_sync.emulator._ratelimit import RateLimiter
+
+from .helpers import Api
+
+
+def test_client_is_configured_for_the_emulator(emu: Emulator) -> None:
+    client = emu.client()
+    try:
+        assert "s-1vcpu-1gb" in [shape.id for shape in client.shapes()]
+    finally:
+        client.close()
+
+
+def test_temp_root_is_removed_and_root_dir_is_kept(
+    make_emu: Callable[..., Emulator], tmp_path: Path
+) -> None:
+    emu = make_emu()
+    sandbox_id = Api(emu).sandbox()
+    temp_storage = emu.sandbox_path(sandbox_id, "/workspace")
+    assert temp_storage.is_dir()
+    emu.close()
+    assert not temp_storage.exists()
+    kept = make_emu(root_dir=tmp_path / "root")
+    sandbox_id = Api(kept).sandbox()
+    kept.close()
+    assert (tmp_path / "root" / sandbox_id / "workspace").is_dir()
+
+
+def test_sandbox_path_maps_the_three_trees(emu: Emulator) -> None:
+    sandbox_id = Api(emu).sandbox()
+    home = emu.sandbox_path(sandbox_id, "/home/user/.bashrc")
+    assert home.parent == emu.sandbox_path(sandbox_id, "/home/user")
+    with pytest.raises(ValueError):
+        emu.sandbox_path(sandbox_id, "/etc/passwd")
+    with pytest.raises(KeyError):
+        emu.sandbox_path("sb-nope", "/workspace")
+
+
+def test_rate_limiter_window_slides() -> None:
+    now = [0.0]
+    limiter = RateLimiter(2, clock=lambda: now[0])
+    assert limiter.admit("a") is None
+    now[0] = 30.0
+    assert limiter.admit("a") is None
+    assert limiter.admit("a") == 30
+    assert limiter.admit("b") is None  # per client address
+    now[0] = 60.5
+    assert limiter.admit("a") is None
+    assert limiter.admit("a") == 30
+
+
+def test_command_line_serves_until_sigterm() -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "createos_sync.emulator",
+            "--api-key",
+            "k-123",
+            "--no-rate-limit",
+            "--isolation",
+            "none",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        match = re.search(r"export CREATEOS_API_URL=(\S+) CREATEOS_API_KEY=(\S+)", lines[2])
+        assert match, lines
+        url, key = match.groups()
+        assert key == "k-123"
+        assert lines[1].strip() == "isolation: none"
+        reply = requests.get(url + "/v1/sandboxes", headers={"X-Api-Key": key}, timeout=10)
+        assert reply.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_command_line_refuses_a_public_host() -> None:
+    from createos_sync.emulator.__main__ import main
+
+    assert main(["--host", "0.0.0.0"]) == 2
