@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -132,6 +133,7 @@ class App:
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
         response = self._dispatch(request)
+        response.headers["X-Request-Id"] = f"req-{secrets.token_hex(6)}"
         return response(environ, start_response)
 
     def _dispatch(self, request: Request) -> Response:

@@ -61,6 +61,7 @@ def test_everything_else_needs_the_key(emu: Emulator, key: str | None) -> None:
 def test_failure_envelopes(api: Api) -> None:
     missing = api.call("GET", "/v1/sandboxes/sb-nope")
     assert missing.status_code == 404
+    assert missing.headers["X-Request-Id"].startswith("req-")
     assert missing.json()["status"] == "fail"
     assert missing.json()["code"] == 404
     bad_json = api.call("POST", "/v1/sandboxes", data=b"{not json")

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+
+from createos_sync.emulator._catalog import SHAPES
+from createos_sync.emulator._isolation import NoIsolation
+from createos_sync.emulator._sandboxes import SandboxSpec, SandboxStore
 
 from .helpers import Api, wait_until
 
@@ -161,3 +166,26 @@ def test_egress_rules_are_stored(api: Api) -> None:
     assert api.data("PUT", path, json={"egress": []}) == {"egress": []}
     assert api.data("GET", path) == {"egress": []}
     assert api.call("PUT", path, json={"egress": 1}).status_code == 400
+
+
+def test_idle_sandbox_is_paused_by_itself(tmp_path: Path) -> None:
+    # Through the API the minimum is 60 s; the store itself takes any idle limit.
+    store = SandboxStore(
+        tmp_path, NoIsolation(), transition_delay=0.0, journal_bytes=4096, frame_bytes=1024
+    )
+    try:
+        spec = SandboxSpec(
+            shape=SHAPES["s-1vcpu-1gb"],
+            rootfs="ubuntu-24.04",
+            region="local",
+            name=None,
+            disk_mib=1024,
+            envs={},
+            egress=[],
+            auto_pause_after_seconds=0,
+            ingress_enabled=False,
+        )
+        sandbox = store.create(spec)
+        wait_until(lambda: sandbox.settle() == "paused", what="auto-pause")
+    finally:
+        store.close()
