@@ -1,0 +1,150 @@
+"""Shared helpers of the end-to-end tests: waiting, request logs, emulators of their own."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+
+from createos_sync.emulator import Emulator
+
+# High enough that the interpreter-wide pacer never slows a test; pacing has its own tests.
+FAST = 1_000_000
+
+# Writes N lines of multi-byte UTF-8 (2-, 3- and 4-byte characters), every third to
+# stderr, in the interpreter's own buffer sizes, so that frames split characters.
+MIXED_OUTPUT_SCRIPT = """\
+import sys
+out, err = sys.stdout.buffer, sys.stderr.buffer
+for i in range(int(sys.argv[1])):
+    line = ("%07d \\u00fc\\u20ac\\U0001d11e " % i).encode("utf-8") * 8 + b"\\n"
+    (err if i % 3 == 0 else out).write(line)
+"""
+MIXED_LINE_BYTES = 145
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it is truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def operations(emulator: Emulator, sandbox_id: str | None = None) -> list[tuple[str, int | None]]:
+    """(operation, status) of each logged request, optionally only those naming a sandbox."""
+    return [
+        (r.operation or "?", r.status)
+        for r in emulator.request_log
+        if sandbox_id is None or f"/sandboxes/{sandbox_id}" in r.path
+    ]
+
+
+def processes_of(emulator: Emulator, sandbox_id: str | None) -> list[Any]:
+    """The live processes the emulator's kernel view still finds in one sandbox."""
+    return [p for p in emulator.live_processes() if p.sandbox_id == sandbox_id]
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of a host process from /proc (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()[0]
+
+
+class UrlRecorder:
+    """A ``requests.Session`` whose answers are recorded (method, path, query, status).
+
+    Passed to ``Client(session=...)``: it observes the real wire without patching the SDK.
+    """
+
+    def __init__(self) -> None:
+        self.session = requests.Session()
+        self.seen: list[tuple[str, str, dict[str, list[str]], int]] = []
+        self.sandbox_states: list[str] = []
+        self.session.hooks["response"].append(self._record)
+
+    def _record(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        parts = urlsplit(response.request.url or "")
+        method = response.request.method or "?"
+        self.seen.append((method, parts.path, parse_qs(parts.query), response.status_code))
+        # Only plain sandbox reads are parsed: reading a stream here would consume it.
+        if method == "GET" and re.fullmatch(r"/v1/sandboxes/[^/]+", parts.path):
+            if response.ok:
+                self.sandbox_states.append(response.json()["data"]["status"])
+
+    def queries(self, path_suffix: str) -> list[dict[str, list[str]]]:
+        return [query for _, path, query, _ in self.seen if path.endswith(path_suffix)]
+
+
+@contextlib.contextmanager
+def own_emulator(**options: Any) -> Iterator[Emulator]:
+    """An extra emulator (small journal, instant transitions...), checked for leaks at the end."""
+    options.setdefault("rate_limit", None)
+    with Emulator(**options) as emu:
+        yield emu
+        leaked = emu.live_sandboxes()
+        with emu.client(requests_per_minute=FAST) as janitor:
+            for sandbox_id in leaked:
+                janitor.destroy(sandbox_id)
+        assert leaked == [], f"sandboxes leaked: {leaked}"
+        assert emu.live_processes() == []
+
+
+@contextlib.contextmanager
+def no_new_leaks(emulator: Emulator) -> Iterator[None]:
+    """Fail if the block leaves a sandbox or a process of ``emulator`` behind."""
+    before = set(emulator.live_sandboxes())
+    yield
+    leaked = set(emulator.live_sandboxes()) - before
+    with emulator.client(requests_per_minute=FAST) as janitor:
+        for sandbox_id in leaked:
+            janitor.destroy(sandbox_id)
+    assert not leaked, f"sandboxes leaked: {sorted(leaked)}"
+    assert emulator.live_processes() == []
+
+
+def mixed_output(lines: int) -> tuple[bytes, bytes]:
+    """What ``MIXED_OUTPUT_SCRIPT`` writes, computed by running it locally."""
+    done = subprocess.run(
+        [sys.executable, "-c", MIXED_OUTPUT_SCRIPT, str(lines)],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout, done.stderr
+
+
+def sha256(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+
+
+class StreamHasher:
+    """An ``on_output`` callback that hashes everything it is given, per stream."""
+
+    def __init__(self) -> None:
+        self.hashes = {"stdout": hashlib.sha256(), "stderr": hashlib.sha256()}
+        self.chars = {"stdout": 0, "stderr": 0}
+
+    def __call__(self, stream: str, text: str) -> None:
+        self.hashes[stream].update(text.encode("utf-8"))
+        self.chars[stream] += len(text)
+
+    def digest(self, stream: str) -> str:
+        return self.hashes[stream].hexdigest()
