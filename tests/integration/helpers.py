@@ -85,9 +85,9 @@ class UrlRecorder:
         method = response.request.method or "?"
         self.seen.append((method, parts.path, parse_qs(parts.query), response.status_code))
         # Only plain sandbox reads are parsed: reading a stream here would consume it.
-        if method == "GET" and re.fullmatch(r"/v1/sandboxes/[^/]+", parts.path):
-            if response.ok:
-                self.sandbox_states.append(response.json()["data"]["status"])
+        plain_read = method == "GET" and re.fullmatch(r"/v1/sandboxes/[^/]+", parts.path)
+        if plain_read and response.ok:
+            self.sandbox_states.append(response.json()["data"]["status"])
 
     def queries(self, path_suffix: str) -> list[dict[str, list[str]]]:
         return [query for _, path, query, _ in self.seen if path.endswith(path_suffix)]

@@ -1,0 +1,302 @@
+"""Leases end to end: open/close budget, pause/resume, on_exit, destroy, files, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import requests
+
+import createos_sync as cs
+from createos_sync import Client, Lease
+from createos_sync.emulator import Emulator
+
+from .helpers import (
+    FAST,
+    UrlRecorder,
+    operations,
+    own_emulator,
+    proc_state,
+    processes_of,
+    sha256,
+    wait_until,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# --- request budget of a lease (a promise of the README) -----------------------
+
+
+def test_open_and_close_cost_two_requests_plus_status_polls(emulator: Emulator) -> None:
+    recorder = UrlRecorder()
+    with emulator.client(requests_per_minute=FAST, session=recorder.session) as client:
+        emulator.clear_request_log()
+        with client.lease() as lease:
+            opened = operations(emulator)
+            sandbox_id = lease.id
+        closed = operations(emulator)[len(opened) :]
+
+    polls = len(opened) - 1
+    assert opened == [("sandbox.create", 201)] + [("sandbox.get", 200)] * polls
+    assert closed == [("sandbox.delete", 200)]
+    assert len(opened) + len(closed) == 2 + polls
+    # No poll was wasted: every one but the last still saw the sandbox starting.
+    assert polls >= 1  # the emulator reports "creating" first, as the service does
+    assert recorder.sandbox_states == ["creating"] * (polls - 1) + ["running"]
+    assert sandbox_id not in emulator.live_sandboxes()
+
+
+def test_open_and_close_of_an_instantly_running_sandbox_cost_two_requests() -> None:
+    with (
+        own_emulator(transition_delay=0) as emu,
+        emu.client(requests_per_minute=FAST) as client,
+    ):
+        emu.clear_request_log()
+        with client.lease() as lease:
+            assert lease.status == "running"
+        assert operations(emu) == [("sandbox.create", 201), ("sandbox.delete", 200)]
+
+
+# --- pause / resume --------------------------------------------------------
+
+
+COUNTER = "n=0; while :; do n=$((n+1)); echo $n > count.tmp && mv count.tmp count; sleep 0.02; done"
+
+
+def _count(emulator: Emulator, sandbox_id: str) -> int:
+    try:
+        text = emulator.sandbox_path(sandbox_id, "/workspace/count").read_text()
+    except FileNotFoundError:
+        return 0
+    return int(text)
+
+
+def test_pause_freezes_processes_and_resume_keeps_files(emulator: Emulator, box: Lease) -> None:
+    sandbox_id = box.id
+    assert sandbox_id is not None
+    box.write_file("/workspace/kept.txt", b"still here")
+    counter = box.start(COUNTER)
+    wait_until(lambda: _count(emulator, sandbox_id) > 0, what="the counter to start")
+    monitor = _monitor_pid(emulator, sandbox_id, counter.id)
+
+    def command_pids() -> list[int]:
+        # Under bubblewrap the monitor outside the namespace is not part of the command.
+        return [pid for p in processes_of(emulator, sandbox_id) for pid in p.pids if pid != monitor]
+
+    info = box.pause()
+
+    assert info.status == "paused" == box.status
+    # Frozen, as the kernel sees it: every process of the command is stopped.
+    frozen = wait_until(
+        lambda: (pids := command_pids()) and all(proc_state(pid) == "T" for pid in pids) and pids,
+        what="every process of the counter to be stopped",
+    )
+    frozen_at = _count(emulator, sandbox_id)
+    assert command_pids() == frozen
+    assert all(proc_state(pid) == "T" for pid in frozen)
+    assert _count(emulator, sandbox_id) == frozen_at
+
+    info = box.resume()
+
+    assert info.status == "running" == box.status
+    wait_until(lambda: _count(emulator, sandbox_id) > frozen_at, what="the counter to go on")
+    assert box.read_file("/workspace/kept.txt") == b"still here"
+    assert counter.running
+
+
+def _monitor_pid(emulator: Emulator, sandbox_id: str, process_id: str) -> int | None:
+    """Under bubblewrap, the pid the emulator started is bubblewrap's monitor, outside the tree."""
+    if emulator.isolation != "bwrap":
+        return None
+    answer = requests.get(
+        f"{emulator.url}/v1/sandboxes/{sandbox_id}/processes/{process_id}",
+        headers={"X-Api-Key": emulator.api_key},
+        timeout=30,
+    )
+    answer.raise_for_status()
+    pid: int = answer.json()["data"]["pid"]
+    return pid
+
+
+# --- on_exit ---------------------------------------------------------------
+
+
+def test_on_exit_pause_then_reattach_by_id_with_files_intact(
+    emulator: Emulator, client: Client
+) -> None:
+    with client.lease(on_exit="pause") as first:
+        sandbox_id = first.id
+        assert sandbox_id is not None
+        first.write_file("/workspace/notes.txt", "ünïcødé notes")
+        first.start("sleep 1000")
+
+    assert first.closed
+    assert client.sandbox(sandbox_id).status == "paused"
+    assert processes_of(emulator, sandbox_id) == []  # its processes were terminated first
+
+    with client.lease(sandbox_id=sandbox_id, on_exit="destroy") as again:
+        assert again.id == sandbox_id
+        assert again.status == "running"
+        assert again.read_file("/workspace/notes.txt") == "ünïcødé notes".encode()
+        assert again.run("cat notes.txt").stdout == "ünïcødé notes"
+
+    assert sandbox_id not in emulator.live_sandboxes()
+
+
+def test_on_exit_keep_leaves_the_sandbox_running_without_processes(
+    emulator: Emulator, client: Client
+) -> None:
+    with client.lease(on_exit="keep") as lease:
+        sandbox_id = lease.id
+        assert sandbox_id is not None
+        lease.write_file("/workspace/kept", b"1")
+        lease.start("sleep 1000 & sleep 1000 & wait")
+
+    try:
+        assert client.sandbox(sandbox_id).status == "running"
+        assert processes_of(emulator, sandbox_id) == []
+        with client.lease(sandbox_id=sandbox_id) as again:  # attaching defaults to keep
+            assert again.read_file("/workspace/kept") == b"1"
+        assert client.sandbox(sandbox_id).status == "running"
+    finally:
+        client.destroy(sandbox_id)
+    assert sandbox_id not in emulator.live_sandboxes()
+
+
+def test_destroy_leaves_no_process_behind(emulator: Emulator, client: Client) -> None:
+    with client.lease() as lease:
+        sandbox_id = lease.id
+        storage = emulator.sandbox_path(sandbox_id or "", "/workspace")
+        lease.start("sleep 1000 & sleep 1000 & wait")
+        lease.start("trap '' TERM; sleep 1000")  # ignores SIGTERM: needs the SIGKILL
+        assert len(processes_of(emulator, sandbox_id)) == 2
+
+    assert processes_of(emulator, sandbox_id) == []
+    assert sandbox_id not in emulator.live_sandboxes()
+    assert not storage.exists()
+
+
+def test_destroy_from_elsewhere_kills_processes_the_lease_still_runs(
+    emulator: Emulator, client: Client
+) -> None:
+    lease = client.lease(on_exit="keep").open()
+    try:
+        lease.start("sleep 1000")
+        assert len(processes_of(emulator, lease.id)) == 1
+
+        client.destroy(lease.id or "")
+
+        assert processes_of(emulator, lease.id) == []
+        assert lease.id not in emulator.live_sandboxes()
+    finally:
+        lease.close()  # the sandbox is gone: terminations and destroy answer 404, fine
+    assert lease.closed
+
+
+def test_close_is_idempotent_and_a_closed_lease_refuses_work(client: Client) -> None:
+    lease = client.lease().open()
+    lease.close()
+    lease.close()
+
+    with pytest.raises(cs.LeaseClosed):
+        lease.run("true")
+    with pytest.raises(cs.LeaseClosed):
+        lease.open()
+
+
+# --- files -----------------------------------------------------------------
+
+
+FIVE_MIB = 5 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def random_5mib() -> bytes:
+    return os.urandom(FIVE_MIB)
+
+
+def test_binary_file_round_trip_with_write_and_read(box: Lease, random_5mib: bytes) -> None:
+    box.write_file("/workspace/blob.bin", random_5mib)
+
+    assert box.read_file("/workspace/blob.bin") == random_5mib
+    remote = box.run(["sha256sum", "blob.bin"], check=True).stdout.split()[0]
+    assert remote == sha256(random_5mib)
+
+
+def test_binary_file_round_trip_with_upload_and_download(
+    box: Lease, random_5mib: bytes, tmp_path: Path
+) -> None:
+    source = tmp_path / "up.bin"
+    source.write_bytes(random_5mib)
+    target = tmp_path / "down.bin"
+
+    box.upload(source, "/tmp/up.bin")
+    box.download("/tmp/up.bin", target)
+
+    assert sha256(target.read_bytes()) == sha256(random_5mib)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["down.bin", "up.bin"]
+
+
+# --- a real Ctrl-C -----------------------------------------------------------
+
+
+SIGINT_SCRIPT = textwrap.dedent(
+    """\
+    import createos_sync as cs
+
+    with cs.lease(client=cs.Client(requests_per_minute=100_000)) as box:
+        print(box.id, flush=True)
+        box.run("sleep 1000")
+    """
+)
+
+
+def test_sigint_during_run_terminates_the_process_and_destroys_the_sandbox(
+    emulator: Emulator,
+) -> None:
+    env = {
+        **os.environ,
+        "CREATEOS_API_URL": emulator.url,
+        "CREATEOS_API_KEY": emulator.api_key,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGINT_SCRIPT],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        sandbox_id = child.stdout.readline().strip()
+        assert sandbox_id.startswith("sb-"), child.stderr.read() if child.stderr else ""
+        # Following its output (gate released): `sleep 1000` is what runs now.
+        wait_until(
+            lambda: (
+                ("process.stdin_close", 200) in operations(emulator, sandbox_id)
+                and processes_of(emulator, sandbox_id)
+            ),
+            what="the command to run",
+        )
+
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+    assert child.returncode != 0
+    assert "KeyboardInterrupt" in stderr
+    assert processes_of(emulator, sandbox_id) == []
+    assert sandbox_id not in emulator.live_sandboxes()
+    ops = operations(emulator, sandbox_id)
+    assert ("process.delete", 200) in ops
+    assert ops[-1] == ("sandbox.delete", 200)
