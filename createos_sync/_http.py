@@ -57,6 +57,15 @@ class Stream:
         self.status = response.status_code
         self.request_id = response.headers.get("X-Request-Id")
 
+    @property
+    def length(self) -> int | None:
+        """The body's size in bytes when the answer gives it (and does not compress it)."""
+        value = self._response.headers.get("Content-Length", "")
+        encoding = self._response.headers.get("Content-Encoding", "identity")
+        if not value.isdigit() or encoding.strip().lower() != "identity":
+            return None
+        return int(value)
+
     def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes]:
         """Yield the body as it arrives."""
         try:

@@ -13,6 +13,7 @@
     │   └── OutputLostError               the journal evicted output before it was read
     ├── CreateosCleanupError              containment unconfirmed: .sandbox_id,
     │                                     .process_ids, .sandbox_destroyed
+    ├── UnsafeArchiveError (also ValueError)   a downloaded tar refused before extraction
     └── CommandFailed                     .result (``check=True``)
         └── CommandTimeout (also TimeoutError)
 
@@ -143,6 +144,12 @@ class CreateosCleanupError(CreateosError):
         self.process_ids = tuple(process_ids)
         self.sandbox_destroyed = sandbox_destroyed
         super().__init__(message)
+
+
+class UnsafeArchiveError(CreateosError, ValueError):
+    """A directory archive from the sandbox was refused, and nothing was extracted: an entry
+    could reach outside its target (absolute name, ``..``, escaping link), is a device, or the
+    archive is damaged."""
 
 
 class CommandFailed(CreateosError):
