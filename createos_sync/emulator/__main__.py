@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             isolation=args.isolation,
             rate_limit=None if args.no_rate_limit else 300,
             journal_bytes=args.journal_bytes,
+            frame_bytes=min(64 * 1024, max(1, args.journal_bytes)),
         )
         emulator.start()
     except (ValueError, RuntimeError, OSError) as exc:

@@ -98,11 +98,6 @@ class Journal:
             self._closed = True
             self._cond.notify_all()
 
-    @property
-    def end(self) -> End | None:
-        with self._cond:
-            return self._end
-
     def stats(self) -> Stats:
         with self._cond:
             oldest = self._frames[0].seq if self._frames else self._next_seq

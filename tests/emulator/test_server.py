@@ -67,38 +67,26 @@ def test_rate_limiter_window_slides() -> None:
 
 def test_command_line_serves_until_sigterm() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "createos_sync.emulator",
-            "--api-key",
-            "k-123",
-            "--no-rate-limit",
-            "--isolation",
-            "none",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
-        match = re.search(r"export CREATEOS_API_URL=(\S+) CREATEOS_API_KEY=(\S+)", lines[2])
-        assert match, lines
-        url, key = match.groups()
-        assert key == "k-123"
-        assert lines[1].strip() == "isolation: none"
-        reply = requests.get(url + "/v1/sandboxes", headers={"X-Api-Key": key}, timeout=10)
-        assert reply.status_code == 200
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    argv = [sys.executable, "-m", "createos_sync.emulator", "--api-key", "k-123",
+            "--no-rate-limit", "--isolation", "none"]  # fmt: skip
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            lines = [proc.stdout.readline() for _ in range(3)]
+            match = re.search(r"export CREATEOS_API_URL=(\S+) CREATEOS_API_KEY=(\S+)", lines[2])
+            assert match, lines
+            url, key = match.groups()
+            assert key == "k-123"
+            assert lines[1].strip() == "isolation: none"
+            reply = requests.get(url + "/v1/sandboxes", headers={"X-Api-Key": key}, timeout=10)
+            assert reply.status_code == 200
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_command_line_refuses_a_public_host() -> None:
