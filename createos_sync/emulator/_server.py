@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("createos_sync.emulator")
 
+# A data frame's NDJSON line (base64, so 4/3 of the raw bytes) must stay under 1 MiB.
+MAX_FRAME_BYTES = 768 * 1024
+
 
 def _check_loopback(host: str) -> None:
     if host == "localhost":
@@ -63,8 +66,8 @@ class Emulator:
         _check_loopback(host)
         if isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
-        if journal_bytes < 1 or frame_bytes < 1 or frame_bytes > journal_bytes:
-            raise ValueError("need 1 <= frame_bytes <= journal_bytes")
+        if not 1 <= frame_bytes <= min(journal_bytes, MAX_FRAME_BYTES):
+            raise ValueError("need 1 <= frame_bytes <= journal_bytes and <= 768 KiB")
         if transition_delay < 0 or heartbeat_interval <= 0:
             raise ValueError("transition_delay must be >= 0 and heartbeat_interval > 0")
         self._host = host

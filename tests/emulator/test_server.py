@@ -93,3 +93,18 @@ def test_command_line_refuses_a_public_host() -> None:
     from createos_sync.emulator.__main__ import main
 
     assert main(["--host", "0.0.0.0"]) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"isolation": "chroot"},
+        {"frame_bytes": 0},
+        {"journal_bytes": 1024, "frame_bytes": 2048},
+        {"journal_bytes": 4 << 20, "frame_bytes": 1 << 20},
+        {"heartbeat_interval": 0},
+    ],
+)
+def test_bad_options_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Emulator(**kwargs)  # type: ignore[arg-type]
