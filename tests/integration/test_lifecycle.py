@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import requests
 
 import createos_sync as cs
 from createos_sync import Client, Lease
-from createos_sync.emulator import Emulator
+from createos_sync.emulator import Emulator, Fault
 
 from .helpers import (
     FAST,
@@ -256,9 +258,9 @@ SIGINT_SCRIPT = textwrap.dedent(
 )
 
 
-def test_sigint_during_run_terminates_the_process_and_destroys_the_sandbox(
-    emulator: Emulator,
-) -> None:
+@contextlib.contextmanager
+def _script_in_run(emulator: Emulator) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A separate Python process inside ``box.run("sleep 1000")``, and its sandbox id."""
     env = {
         **os.environ,
         "CREATEOS_API_URL": emulator.url,
@@ -274,9 +276,9 @@ def test_sigint_during_run_terminates_the_process_and_destroys_the_sandbox(
         text=True,
     )
     try:
-        assert child.stdout is not None
+        assert child.stdout is not None and child.stderr is not None
         sandbox_id = child.stdout.readline().strip()
-        assert sandbox_id.startswith("sb-"), child.stderr.read() if child.stderr else ""
+        assert sandbox_id.startswith("sb-"), child.stderr.read()
         # Following its output (gate released): `sleep 1000` is what runs now.
         wait_until(
             lambda: (
@@ -285,18 +287,43 @@ def test_sigint_during_run_terminates_the_process_and_destroys_the_sandbox(
             ),
             what="the command to run",
         )
-
-        child.send_signal(signal.SIGINT)
-        _, stderr = child.communicate(timeout=60)
+        yield child, sandbox_id
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait()
+            child.communicate()
+
+
+def test_sigint_during_run_terminates_the_process_and_destroys_the_sandbox(
+    emulator: Emulator,
+) -> None:
+    with _script_in_run(emulator) as (child, sandbox_id):
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
 
     assert child.returncode != 0
     assert "KeyboardInterrupt" in stderr
     assert processes_of(emulator, sandbox_id) == []
     assert sandbox_id not in emulator.live_sandboxes()
     ops = operations(emulator, sandbox_id)
-    assert ("process.delete", 200) in ops
-    assert ops[-1] == ("sandbox.delete", 200)
+    assert ("process.delete", 200) in ops  # the run terminated its process...
+    assert ops[-1] == ("sandbox.delete", 200)  # ...then the lease destroyed the sandbox
+
+
+def test_second_sigint_during_termination_destroys_the_sandbox_at_once() -> None:
+    # Its own emulator: the stalled answer below outlives the test.
+    with own_emulator() as emu, _script_in_run(emu) as (child, sandbox_id):
+        # The termination is carried out, but its answer stalls far longer than this test.
+        emu.faults.add(Fault("process.delete", delay=60))
+        child.send_signal(signal.SIGINT)
+        wait_until(lambda: not emu.faults.pending(), what="the termination request")
+
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=30)  # well before the stalled answer
+
+        assert child.returncode != 0
+        assert "KeyboardInterrupt" in stderr
+        assert "destroying the sandbox" in stderr  # the escalation, logged as a warning
+        assert sandbox_id not in emu.live_sandboxes()
+        assert processes_of(emu, sandbox_id) == []
+        assert operations(emu, sandbox_id)[-1] == ("sandbox.delete", 200)
