@@ -224,6 +224,9 @@ class Transport:
             raise OperationTimeout(operation, deadline.seconds)
         read = remaining if read_timeout is None else min(remaining, read_timeout)
         data = body() if callable(body) else body
+        headers = {"X-Api-Key": self.config.api_key, "User-Agent": USER_AGENT}
+        if body is not None:  # raw bodies are file contents (PROTOCOL.md, Files)
+            headers["Content-Type"] = "application/octet-stream"
         started = time.monotonic()
         try:
             response = self._session.request(
@@ -232,7 +235,7 @@ class Transport:
                 params=params,
                 json=json_body,
                 data=data,
-                headers={"X-Api-Key": self.config.api_key, "User-Agent": USER_AGENT},
+                headers=headers,
                 timeout=(min(CONNECT_TIMEOUT, remaining), read),
                 allow_redirects=False,
                 stream=stream,
