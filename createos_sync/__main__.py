@@ -1,0 +1,7 @@
+"""``python -m createos_sync``: the ``createos-sync`` command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,62 @@
+"""The ``createos-sync`` command line (also ``python -m createos_sync``).
+
+::
+
+    createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... -- CMD [ARG...]
+    createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
+
+Configuration comes from the environment (``CREATEOS_API_KEY``,
+``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
+statuses: the command's own for ``run`` (124 timeout, 128 + N for signal N,
+130 Ctrl-C), 1 for a failure, 2 for a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from .. import __version__
+from . import _manage, _run
+from ._local import emulator_main
+from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
+
+
+def _parser() -> argparse.ArgumentParser:
+    # --debug is accepted before and after the subcommand; SUPPRESS keeps the
+    # subcommand's default from overwriting a --debug given before it.
+    debug_help = "log everything, show tracebacks"
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run commands in CreateOS sandboxes and manage them."
+    )
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+    _run.add_parser(commands, common)
+    _manage.add_parsers(commands, common)
+    commands.add_parser(
+        "emulator",
+        add_help=False,
+        help="serve the local emulator (see `createos-sync emulator --help`)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
+    parser = _parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if args.command_name == "emulator":
+            return guarded(lambda: emulator_main(extra), debug=False)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    with logging_to_stderr(debug=args.debug):
+        return guarded(lambda: int(args.handler(args)), debug=args.debug)
+
+
+__all__ = ["main"]

@@ -1,0 +1,134 @@
+"""The account commands: ``shapes``, ``ls``, ``destroy`` and ``reap``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from .._journal import Journal
+from ..client import Client
+from ..errors import CreateosError
+from ..reap import reap
+from ._report import EXIT_FAILURE, say
+
+
+def add_parsers(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    shapes = commands.add_parser("shapes", parents=[common], help="list the machine shapes")
+    shapes.add_argument("--json", action="store_true", help="one JSON array of objects")
+    shapes.set_defaults(handler=list_shapes)
+
+    ls = commands.add_parser("ls", parents=[common], help="list the sandboxes of the account")
+    ls.add_argument("--json", action="store_true", help="one JSON array, an object per sandbox")
+    ls.set_defaults(handler=list_sandboxes)
+
+    destroy = commands.add_parser(
+        "destroy", parents=[common], help="destroy sandboxes (one already gone is fine)"
+    )
+    destroy.add_argument("ids", nargs="+", metavar="ID")
+    destroy.set_defaults(handler=destroy_sandboxes)
+
+    reaper = commands.add_parser(
+        "reap",
+        parents=[common],
+        help="destroy the sandboxes of leases whose process died",
+        description="Destroy the sandboxes that the local lease journal knows and whose "
+        "owning process is gone (killed, crashed), then forget them.",
+    )
+    reaper.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
+    reaper.set_defaults(handler=reap_orphans)
+
+
+def list_shapes(args: argparse.Namespace) -> int:
+    with Client() as client:
+        shapes = client.shapes()
+    if args.json:
+        _print_json([attrs.asdict(s) for s in shapes])
+        return 0
+    rows = [
+        [s.id, _blank(s.vcpu), _blank(s.memory_mib), _blank(s.default_disk_mib)] for s in shapes
+    ]
+    _print_table(["ID", "VCPU", "MEMORY_MIB", "DISK_MIB"], rows)
+    return 0
+
+
+def list_sandboxes(args: argparse.Namespace) -> int:
+    with Client() as client:
+        sandboxes = client.sandboxes()
+        base_url = client.config.base_url
+    if args.json:
+        _print_json([attrs.asdict(s, value_serializer=_jsonable) for s in sandboxes])
+        return 0
+    orphans = {
+        e.sandbox_id
+        for e in Journal().entries()
+        if e.base_url == base_url and e.sandbox_id and e.owner_alive() is False
+    }
+    rows = [
+        [
+            s.id,
+            s.status,
+            _blank(s.shape),
+            _blank(s.name),
+            s.created_at.isoformat(timespec="seconds") if s.created_at else "",
+            "orphaned: see `createos-sync reap`" if s.id in orphans else "",
+        ]
+        for s in sandboxes
+    ]
+    _print_table(["ID", "STATUS", "SHAPE", "NAME", "CREATED", ""], rows)
+    return 0
+
+
+def destroy_sandboxes(args: argparse.Namespace) -> int:
+    status = 0
+    journal = Journal()
+    with Client() as client:
+        for sandbox_id in args.ids:
+            try:
+                client.destroy(sandbox_id)
+            except CreateosError as exc:
+                say(f"destroying {sandbox_id} failed: {exc}")
+                status = EXIT_FAILURE
+                continue
+            print(f"destroyed {sandbox_id}", flush=True)
+            for entry in journal.entries():
+                if entry.sandbox_id == sandbox_id:
+                    journal.remove(entry.name)
+    return status
+
+
+def reap_orphans(args: argparse.Namespace) -> int:
+    with Client() as client:
+        outcomes = reap(client, dry_run=args.dry_run)
+    for outcome in outcomes:
+        print(outcome.describe(), flush=True)
+    if not outcomes:
+        print("the lease journal is empty: nothing to reap", flush=True)
+    return EXIT_FAILURE if any(o.action == "failed" for o in outcomes) else 0
+
+
+def _blank(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _jsonable(instance: object, field: object, value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _print_json(items: list[dict[str, Any]]) -> None:
+    json.dump(items, sys.stdout, indent=1)
+    print(flush=True)
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+    for line in [headers, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    sys.stdout.flush()

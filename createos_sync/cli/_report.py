@@ -1,0 +1,104 @@
+"""How the CLI speaks to its user: one-line messages, errors, exit statuses.
+
+Expected failures (bad configuration, API errors, unconfirmed cleanup, local
+file errors, interrupts) become one readable message on stderr and an exit
+status; the traceback is shown only with ``--debug``. Anything else is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+
+from ..errors import ConfigError, CreateosError
+from ._signals import exit_status
+
+PROG = "createos-sync"
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `cmd | head`
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be done (exit status 2)."""
+
+
+def say(message: str) -> None:
+    """A message of the CLI itself, on stderr (stdout belongs to the command)."""
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _explain(exc: BaseException) -> str:
+    notes = [n for n in getattr(exc, "__notes__", ()) if isinstance(n, str)]
+    return "\n".join([str(exc) or type(exc).__name__, *notes])
+
+
+def _report(prefix: str, exc: BaseException, *, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    say(f"{prefix}{_explain(exc)}")
+
+
+def guarded(action: Callable[[], int], *, debug: bool) -> int:
+    """Run ``action`` and turn the failures a user can meet into a message and a status."""
+    try:
+        return action()
+    except UsageError as exc:
+        _report("error: ", exc, debug=debug)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        _report("configuration error: ", exc, debug=debug)
+        return EXIT_USAGE
+    except CreateosError as exc:
+        _report("error: ", exc, debug=debug)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        _report("error: ", exc, debug=debug)
+        return EXIT_FAILURE
+    except KeyboardInterrupt as exc:
+        _report("interrupted: ", exc, debug=debug)
+        return exit_status(exc)
+
+
+def _silence_stdout() -> None:
+    """Whoever read our stdout has gone: keep the interpreter's final flush from failing."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+class _WarningsOnly(logging.Filter):
+    """Errors reach the user as exceptions (never hidden); logging them too would repeat them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+@contextlib.contextmanager
+def logging_to_stderr(*, debug: bool) -> Iterator[None]:
+    """Show the SDK's warnings (everything, with ``--debug``) on stderr while the CLI works."""
+    logger = logging.getLogger("createos_sync")
+    handler = logging.StreamHandler(sys.stderr)
+    if debug:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        level = logging.DEBUG
+    else:
+        handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+        handler.addFilter(_WarningsOnly())
+        level = logging.WARNING
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)

@@ -1,0 +1,186 @@
+"""``createos-sync run``: one command in a fresh sandbox, live output, and its exit status.
+
+The exit status is the command's own; 124 when it timed out (as with
+``timeout(1)``), 128 + N when it was killed by signal N, and 128 + N when
+this CLI received signal N (130 for Ctrl-C) after cleaning up like
+``Lease.close()``. Uploads happen before the command, downloads after it,
+whatever its exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from .. import files
+from .._command import Command, validate_env
+from ..errors import CreateosError
+from ..lease import Lease
+from ..result import RunResult
+from . import _local
+from ._report import EXIT_FAILURE, UsageError, say
+from ._signals import signals_interrupt
+
+EXIT_TIMEOUT = 124
+
+DESCRIPTION = """\
+Run CMD in a new sandbox, stream its output live, and exit with its exit status
+(124 on timeout, 130 on Ctrl-C). The sandbox is destroyed afterwards, also on
+Ctrl-C, SIGTERM and SIGHUP, unless --keep is given. A single CMD argument runs as
+a bash script ('echo a && echo b'); several run as argv, each item quoted.
+"""
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    parser = commands.add_parser(
+        "run",
+        parents=[common],
+        help="run a command in a new sandbox",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
+    parser.add_argument("--rootfs", help="root file system image")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        type=_env_item,
+        metavar="K=V",
+        help="an environment variable for CMD (K alone passes this machine's value); repeatable",
+    )
+    parser.add_argument("--cwd", metavar="DIR", help="working directory of CMD")
+    parser.add_argument(
+        "--timeout", type=_seconds, metavar="SECONDS", help="terminate CMD after this long (124)"
+    )
+    parser.add_argument(
+        "--upload",
+        action="append",
+        default=[],
+        type=_upload_spec,
+        metavar="LOCAL:REMOTE",
+        help="copy a local file to an absolute sandbox path before CMD; repeatable",
+    )
+    parser.add_argument(
+        "--download",
+        action="append",
+        default=[],
+        type=_download_spec,
+        metavar="REMOTE:LOCAL",
+        help="copy a sandbox file here after CMD, even if it failed; repeatable",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the sandbox running and print its id"
+    )
+    parser.add_argument(
+        "--local", action="store_true", help="run on an in-process emulator (no account needed)"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = _command(args.command)
+    env = dict(args.env)
+    try:
+        Command.parse(command, cwd=args.cwd, env=env)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.local and args.keep:
+        raise UsageError("--keep cannot be used with --local: the emulator ends with this command")
+    with signals_interrupt(), _local.client(local=args.local) as client:
+        lease = client.lease(args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None)
+        with lease as box:
+            for local, remote in args.upload:
+                box.upload(local, remote)
+            result = box.run(command, cwd=args.cwd, env=env, timeout=args.timeout, echo=True)
+            status = _status(result)
+            if not _download_all(box, args.download) and status == 0:
+                status = EXIT_FAILURE
+        if args.keep:
+            say(f"kept sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
+    return status
+
+
+def _command(words: list[str]) -> str | list[str]:
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise UsageError("no command given: createos-sync run [OPTIONS] -- CMD [ARG...]")
+    return words[0] if len(words) == 1 else words
+
+
+def _status(result: RunResult) -> int:
+    if result.timed_out:
+        say(f"timed out after {result.timeout:g} s: the command's processes were terminated")
+        return EXIT_TIMEOUT
+    if result.signal is not None:
+        say(f"the command was killed by {result.signal}")
+        try:
+            return 128 + signal.Signals[result.signal].value
+        except KeyError:
+            return EXIT_FAILURE
+    return result.exit_code if result.exit_code is not None else EXIT_FAILURE
+
+
+def _download_all(box: Lease, downloads: list[tuple[str, str]]) -> bool:
+    """Try every download, report each failure; True if all succeeded."""
+    succeeded = True
+    for remote, local in downloads:
+        try:
+            box.download(remote, local)
+        except (CreateosError, OSError) as exc:
+            say(f"downloading {remote} to {local} failed: {exc}")
+            succeeded = False
+    return succeeded
+
+
+# --- argument types (argparse turns their errors into usage errors, status 2) ---
+
+
+def _env_item(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        if name not in os.environ:
+            raise argparse.ArgumentTypeError(f"{name} is not set here (use K=V)")
+        value = os.environ[name]
+    try:
+        validate_env({name: value})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name, value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _remote(path: str) -> str:
+    try:
+        return files.check_remote_path(path)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path!r}: {exc}") from None
+
+
+def _upload_spec(text: str) -> tuple[str, str]:
+    # The remote side is absolute, so the first ":/" separates the two.
+    local, sep, remote = text.partition(":/")
+    if not sep or not local:
+        raise argparse.ArgumentTypeError(f"expected LOCAL:REMOTE, REMOTE absolute: {text!r}")
+    return local, _remote("/" + remote)
+
+
+def _download_spec(text: str) -> tuple[str, str]:
+    remote, sep, local = text.rpartition(":")
+    if not sep or not local or not remote:
+        raise argparse.ArgumentTypeError(f"expected REMOTE:LOCAL: {text!r}")
+    return _remote(remote), local

@@ -1,0 +1,84 @@
+"""Running the CLI, the examples and user scripts in subprocesses against the session emulator."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from createos_sync.emulator import Emulator
+
+CLI = (sys.executable, "-m", "createos_sync")
+# Generous: the machine is small and shared; these bound hangs, they time nothing.
+DEADLINE = 60.0
+
+
+def emulator_env(emulator: Emulator, **extra: str) -> dict[str, str]:
+    """This process's environment, pointed at ``emulator`` and the test's state directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CREATEOS_")}
+    env.update(
+        CREATEOS_API_URL=emulator.url,
+        CREATEOS_API_KEY=emulator.api_key,
+        CREATEOS_SYNC_STATE_DIR=os.environ["CREATEOS_SYNC_STATE_DIR"],
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def spawn(argv: Sequence[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        list(argv),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kwargs,
+    )
+
+
+def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str, str]:
+    """Wait for the process; its exit status, stdout and stderr."""
+    try:
+        out, err = proc.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{proc.args!r} did not finish: {err.decode()[-2000:]}") from None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def run_all(*argvs: Sequence[str], env: dict[str, str]) -> list[tuple[int, str, str]]:
+    """Run several commands concurrently (each pays an interpreter start-up)."""
+    procs = [spawn(argv, env) for argv in argvs]
+    return [finish(p) for p in procs]
+
+
+def read_until(proc: subprocess.Popen[bytes], marker: bytes) -> bytes:
+    """Read ``proc``'s stdout until ``marker`` appears; what was read."""
+    assert proc.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + DEADLINE
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while marker not in seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise AssertionError(f"{marker!r} never came; got {seen!r}")
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"stdout ended before {marker!r}; got {seen!r}")
+            seen += chunk
+    return seen
+
+
+def wait_until(predicate: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.02)

@@ -1,0 +1,200 @@
+"""The ``createos-sync`` command line, in subprocesses against the session emulator."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from createos_sync._journal import Journal
+from createos_sync.cli import main
+from createos_sync.emulator import Emulator
+
+from .subprocesses import CLI, emulator_env, finish, read_until, run_all, spawn
+
+WITHOUT_WERKZEUG = (
+    "import sys; sys.modules['werkzeug'] = None; from createos_sync.cli import main; "
+    "sys.exit(main(['run', '--local', '--', 'true']))"
+)
+
+
+@pytest.fixture
+def env(emulator: Emulator) -> dict[str, str]:
+    return emulator_env(emulator)
+
+
+def test_run_exit_status_output_transfers_and_command_forms(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("hello\n")
+    ok, failed, timed_out, script, argv, transfers, bad_download = run_all(
+        [*CLI, "run", "--", "echo out; echo err >&2"],
+        [*CLI, "run", "--", "exit 3"],
+        [*CLI, "run", "--timeout", "0.5", "--", "echo before; exec sleep 60"],
+        [*CLI, "run", "--", "echo a && echo b"],
+        [*CLI, "run", "--env", "GREETING=hi there", "--cwd", "/tmp", "--", "sh", "-c",
+         'echo "$GREETING" && pwd', "ignored-arg0"],
+        [*CLI, "run",
+         "--upload", f"{tmp_path / 'in.txt'}:/workspace/in.txt",
+         "--download", f"/workspace/out.txt:{tmp_path / 'out.txt'}",
+         "--", "tr a-z A-Z < in.txt > out.txt; exit 5"],
+        [*CLI, "run", "--download", f"/workspace/missing:{tmp_path / 'missing'}", "--", "true"],
+        env=env,
+    )  # fmt: skip
+    assert ok == (0, "out\n", "err\n")
+    assert failed[:2] == (3, "")
+    assert timed_out[:2] == (124, "before\n")
+    assert "timed out after 0.5 s" in timed_out[2]
+    assert script[:2] == (0, "a\nb\n")
+    assert argv[:2] == (0, "hi there\n/tmp\n")
+    # uploads come before the command, downloads after it even when it failed
+    assert transfers == (5, "", "")
+    assert (tmp_path / "out.txt").read_text() == "HELLO\n"
+    # a failed download is reported, turns success into failure, leaves nothing behind
+    assert bad_download[0] == 1
+    assert "downloading /workspace/missing" in bad_download[2]
+    assert "Traceback" not in bad_download[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
+    assert not Journal().entries()  # every lease forgot its sandbox once destroyed
+
+
+def test_signals_terminate_the_remote_process_and_destroy_the_sandbox(
+    emulator: Emulator, env: dict[str, str]
+) -> None:
+    before = set(emulator.live_sandboxes())
+    sent = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    procs = [spawn([*CLI, "run", "--", "echo started; exec sleep 600"], env) for _ in sent]
+    for proc in procs:
+        read_until(proc, b"started\n")
+    running = set(emulator.live_sandboxes()) - before
+    assert len(running) == len(sent)
+    assert {p.sandbox_id for p in emulator.live_processes()} == running
+    for proc, signum in zip(procs, sent, strict=True):
+        proc.send_signal(signum)
+    for proc, signum in zip(procs, sent, strict=True):
+        status, _, err = finish(proc)
+        assert status == 128 + signum
+        assert f"interrupted: {signal.Signals(signum).name}" in err
+        assert "Traceback" not in err
+    assert not set(emulator.live_sandboxes()) & running
+    assert emulator.live_processes() == []
+    assert not Journal().entries()
+
+
+@pytest.fixture
+def in_process(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """For ``main()`` called in this process: the same environment as the subprocesses get."""
+    for name in ("CREATEOS_API_URL", "CREATEOS_API_KEY"):
+        monkeypatch.setenv(name, env[name])
+
+
+def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
+    emulator: Emulator, env: dict[str, str], in_process: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = finish(spawn([*CLI, "run", "--keep", "--", "echo kept"], env))
+    assert (status, out) == (0, "kept\n")
+    kept = err.split("kept sandbox ", 1)[1].split()[0]
+    assert kept in emulator.live_sandboxes()
+    assert not Journal().entries()  # kept on purpose: reap must not touch it
+
+    assert main(["ls", "--json"]) == 0
+    sandboxes = {s["id"]: s for s in json.loads(capsys.readouterr().out)}
+    assert sandboxes[kept]["status"] == "running"
+    assert isinstance(sandboxes[kept]["created_at"], str)
+    assert main(["ls"]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("ID") and kept in table
+    assert main(["shapes", "--json"]) == 0
+    assert "s-1vcpu-1gb" in {s["id"] for s in json.loads(capsys.readouterr().out)}
+
+    assert main(["destroy", kept, "sbx-never-existed"]) == 0
+    assert capsys.readouterr().out == f"destroyed {kept}\ndestroyed sbx-never-existed\n"
+    assert kept not in emulator.live_sandboxes()
+
+
+def test_expected_failures_are_one_line_without_traceback(
+    monkeypatch: pytest.MonkeyPatch, in_process: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong_key = "k-wrong-0123456789"
+    monkeypatch.setenv("CREATEOS_API_KEY", wrong_key)
+    assert main(["ls"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("createos-sync: error: HTTP 401 during sandbox listing")
+    assert err.count("\n") == 1
+    assert main(["--debug", "ls"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and wrong_key not in err
+
+    monkeypatch.setenv("CREATEOS_API_URL", "http://example.com")
+    assert main(["ls"]) == 2
+    assert capsys.readouterr().err == (
+        "createos-sync: configuration error: plain HTTP is only allowed to a loopback host; "
+        "use https\n"
+    )
+    monkeypatch.delenv("CREATEOS_API_KEY")
+    assert main(["run", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "CREATEOS_API_KEY" in err and "Traceback" not in err
+
+
+def test_local_runs_on_an_in_process_emulator(emulator: Emulator) -> None:
+    env = emulator_env(emulator, CREATEOS_API_URL="", CREATEOS_API_KEY="")
+    before = set(emulator.live_sandboxes())
+    local, missing = run_all(
+        [*CLI, "run", "--local", "--", "python3", "-c", "print(6 * 7)"],
+        [sys.executable, "-c", WITHOUT_WERKZEUG],
+        env=env,
+    )
+    assert local[:2] == (0, "42\n")
+    assert missing[0] == 2
+    assert "pip install 'createos-sync[emulator]'" in missing[2]
+    assert "Traceback" not in missing[2]
+    assert set(emulator.live_sandboxes()) == before  # the session emulator was not used
+
+
+def test_console_script_matches_python_m() -> None:
+    script = Path(sys.executable).with_name("createos-sync")
+    if not script.exists():
+        pytest.skip("the console script is not installed next to this interpreter")
+    version = subprocess.run([str(script), "--version"], capture_output=True, text=True)
+    assert (version.returncode, version.stdout) == (0, "createos-sync 0.1.0\n")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run"],  # no command
+        ["run", "--bogus", "--", "true"],
+        ["run", "--env", "1X=2", "--", "true"],
+        ["run", "--timeout", "-1", "--", "true"],
+        ["run", "--upload", "relative:path", "--", "true"],
+        ["run", "--download", "relative/path:here", "--", "true"],
+        ["run", "--local", "--keep", "--", "true"],
+        ["destroy"],
+        ["nonsense"],
+        [],
+    ],
+)
+def test_usage_errors_exit_2_before_any_request(
+    argv: list[str], emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    emulator.clear_request_log()
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
+    assert emulator.request_log == []
+
+
+def test_emulator_subcommand_delegates(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emulator", "--help"]) == 0
+    assert "--journal-bytes" in capsys.readouterr().out
+
+
+def test_reap_subcommand_with_an_empty_journal(
+    in_process: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["reap", "--dry-run"]) == 0
+    assert capsys.readouterr().out == "the lease journal is empty: nothing to reap\n"
