@@ -4,7 +4,9 @@ The exit status is the command's own; 124 when it timed out (as with
 ``timeout(1)``), 128 + N when it was killed by signal N, and 128 + N when
 this CLI received signal N (130 for Ctrl-C) after cleaning up like
 ``Lease.close()``. Uploads happen before the command, downloads after it,
-whatever its exit status.
+whatever its exit status; a local directory is uploaded as a tree, and a
+remote path ending in ``/`` is downloaded as one. Transfers of more than a
+few MB draw a progress bar when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..errors import CreateosError
 from ..lease import Lease
 from ..result import RunResult
 from . import _local
+from ._progress import ProgressBar
 from ._report import EXIT_FAILURE, UsageError, say
 from ._signals import signals_interrupt
 
@@ -62,7 +65,7 @@ def add_parser(
         default=[],
         type=_upload_spec,
         metavar="LOCAL:REMOTE",
-        help="copy a local file to an absolute sandbox path before CMD; repeatable",
+        help="copy a local file (or directory) to an absolute sandbox path before CMD; repeatable",
     )
     parser.add_argument(
         "--download",
@@ -70,7 +73,8 @@ def add_parser(
         default=[],
         type=_download_spec,
         metavar="REMOTE:LOCAL",
-        help="copy a sandbox file here after CMD, even if it failed; repeatable",
+        help="copy a sandbox file (a directory if REMOTE ends with /) here after CMD, "
+        "even if it failed; repeatable",
     )
     parser.add_argument(
         "--keep", action="store_true", help="leave the sandbox running and print its id"
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         lease = client.lease(args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None)
         with lease as box:
             for local, remote in args.upload:
-                box.upload(local, remote)
+                _upload(box, local, remote)
             result = box.run(command, cwd=args.cwd, env=env, timeout=args.timeout, echo=True)
             status = _status(result)
             if not _download_all(box, args.download) and status == 0:
@@ -131,11 +135,33 @@ def _download_all(box: Lease, downloads: list[tuple[str, str]]) -> bool:
     succeeded = True
     for remote, local in downloads:
         try:
-            box.download(remote, local)
+            _download(box, remote, local)
         except (CreateosError, OSError) as exc:
             say(f"downloading {remote} to {local} failed: {exc}")
             succeeded = False
     return succeeded
+
+
+def _upload(box: Lease, local: str, remote: str) -> None:
+    bar = ProgressBar(f"upload {local}")
+    try:
+        if os.path.isdir(local):
+            box.upload_dir(local, remote, progress=bar)
+        else:
+            box.upload(local, remote, progress=bar)
+    finally:
+        bar.close()
+
+
+def _download(box: Lease, remote: str, local: str) -> None:
+    bar = ProgressBar(f"download {remote}")
+    try:
+        if remote.endswith("/"):
+            box.download_dir(remote.rstrip("/") or "/", local, progress=bar)
+        else:
+            box.download(remote, local, progress=bar)
+    finally:
+        bar.close()
 
 
 # --- argument types (argparse turns their errors into usage errors, status 2) ---
