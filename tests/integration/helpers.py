@@ -84,9 +84,10 @@ class UrlRecorder:
         parts = urlsplit(response.request.url or "")
         method = response.request.method or "?"
         self.seen.append((method, parts.path, parse_qs(parts.query), response.status_code))
-        # Only plain sandbox reads are parsed: reading a stream here would consume it.
-        plain_read = method == "GET" and re.fullmatch(r"/v1/sandboxes/[^/]+", parts.path)
-        if plain_read and response.ok:
+        # Only sandbox creations and reads are parsed: reading a stream here would consume it.
+        creation = method == "POST" and parts.path == "/v1/sandboxes"
+        read = method == "GET" and re.fullmatch(r"/v1/sandboxes/[^/]+", parts.path)
+        if (creation or read) and response.ok:
             self.sandbox_states.append(response.json()["data"]["status"])
 
     def queries(self, path_suffix: str) -> list[dict[str, list[str]]]:

@@ -47,9 +47,9 @@ def test_open_and_close_cost_two_requests_plus_status_polls(emulator: Emulator) 
     assert opened == [("sandbox.create", 201)] + [("sandbox.get", 200)] * polls
     assert closed == [("sandbox.delete", 200)]
     assert len(opened) + len(closed) == 2 + polls
-    # No poll was wasted: every one but the last still saw the sandbox starting.
-    assert polls >= 1  # the emulator reports "creating" first, as the service does
-    assert recorder.sandbox_states == ["creating"] * (polls - 1) + ["running"]
+    # No poll was wasted: the creation's answer and every poll but the last still
+    # saw the sandbox starting (none at all if it was running at once).
+    assert recorder.sandbox_states == ["creating"] * polls + ["running"]
     assert sandbox_id not in emulator.live_sandboxes()
 
 
