@@ -19,7 +19,8 @@ if any entry
 
 Entries are written by this module (never by ``TarFile.extract``, whose
 safety filters differ between Python patch releases): no owner is applied,
-set-id, sticky and group/other write bits are dropped. Once written, each
+set-id, sticky and group/other write bits are dropped, and the owner keeps
+read and write access to everything extracted. Once written, each
 symlink is resolved on the real file system as well, which catches what a
 case-insensitive file system might alias.
 """
@@ -44,6 +45,7 @@ log = logging.getLogger("createos_sync.files")
 COPY_CHUNK = 1 << 20
 MAX_LINK_EXPANSIONS = 40  # like the kernel's limit on nested symlinks
 FILE_MODE_MASK = 0o755  # no set-id, sticky or group/other write bits
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 # --- packing -------------------------------------------------------------
@@ -88,7 +90,7 @@ def _add(tar: tarfile.TarFile, path: str, name: str) -> None:
         tar.addfile(info)
         return
     # O_NOFOLLOW: a file swapped for a symlink since the lstat is refused, not followed.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
     with os.fdopen(fd, "rb") as source:
         tar.addfile(info, source)
 
@@ -309,7 +311,7 @@ def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str) -> None:
     source = tar.extractfile(info)
     if source is None:
         raise UnsafeArchiveError(f"archive entry {info.name!r} has no readable contents")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as sink, source:
         shutil.copyfileobj(source, sink, COPY_CHUNK)
         os.chmod(sink.fileno(), (info.mode & FILE_MODE_MASK) | stat.S_IRUSR | stat.S_IWUSR)

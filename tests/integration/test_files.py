@@ -151,6 +151,8 @@ def make_tree(root: Path) -> None:
     script.chmod(0o755)
     os.symlink("nested/deeper/deepest/leaf", root / "link to leaf")
     os.symlink("../..", root / "nested" / "deeper" / "up")  # back to the root: inside
+    (root / "nested" / ("long name ü " * 12)).write_bytes(b"past tar's 100-byte names")
+    os.link(root / "nested" / "deeper" / "deepest" / "leaf", root / "hard link to leaf")
 
 
 def test_a_tree_goes_up_and_comes_back_identical(
@@ -175,6 +177,8 @@ def test_a_tree_goes_up_and_comes_back_identical(
     ]  # fmt: skip
     assert snapshot(tmp_path / "back") == snapshot(tmp_path / "src")
     assert os.access(tmp_path / "back" / "run.sh", os.X_OK)
+    back = tmp_path / "back"
+    assert (back / "hard link to leaf").stat().st_ino == (back / "link to leaf").stat().st_ino
     assert scratch_files(emulator, box) == []
     assert sorted(os.listdir(tmp_path)) == ["back", "src"]
 
