@@ -108,8 +108,8 @@ def test_streams_that_keep_dropping_give_up_and_terminate_the_process(
     assert ("process.stdin_close", 200) not in ops  # never attached: never released
     assert max(waits) > 0, "reconnections back off"
     # Bounded: the follower gives up after its budget of 5 reconnections without
-    # progress, i.e. 6 attempts. (SDK bug, see the report: each of its attempts is
-    # also retried by the transport, so 4 x 6 = 24 connection requests are sent.)
+    # progress, i.e. 6 attempts, and each attempt is one request (were the transport
+    # to retry each of them too, the attempts would multiply).
     assert len(connects) <= 6, f"{len(connects)} connection attempts for one dropped stream"
 
 

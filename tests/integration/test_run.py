@@ -113,9 +113,8 @@ def any_box(
 def test_command_killed_by_a_signal_reports_the_signal(
     any_box: tuple[Emulator, Lease], signal_name: str
 ) -> None:
-    # Fails on the bubblewrap emulator (emulator bug, see the report): there the
-    # leader's death by signal N reaches the emulator as bubblewrap's exit status
-    # 128+N, so a command that kills itself is reported as exit_code 137 / 143.
+    # Under bubblewrap, its own init passes a death by signal N on as exit status
+    # 128+N: the emulator must find out the leader's real wait status instead.
     _, lease = any_box
     result = lease.run(f"echo before; kill -{signal_name[3:]} $$; echo after")
 
@@ -219,8 +218,8 @@ def test_text_stdin(box: Lease) -> None:
 
 
 def test_stdin_works_with_and_without_bubblewrap(any_box: tuple[Emulator, Lease]) -> None:
-    # Fails on the emulator without bubblewrap (SDK bug, see the report): stdin is
-    # staged at /tmp/... through the files API, but a plain process's /tmp is the host's.
+    # Without bubblewrap a command's /tmp is the host's, while the files API writes
+    # into the sandbox's storage: staging stdin must not rely on /tmp meaning both.
     _, lease = any_box
 
     result = lease.run("cat", stdin="staged input\n")
@@ -314,7 +313,7 @@ def small_box(small_journal: Emulator) -> Iterator[Lease]:
 def test_fast_command_writing_more_than_the_journal_holds_loses_nothing(
     small_box: Lease,
 ) -> None:
-    # ~5 MB at once, 80 times the journal, written before any output could be read
+    # ~5 MB at once, over 75 times the journal, written before any output could be read
     # were it not for the start gate.
     lines = 5_000_000 // MIXED_LINE_BYTES
     expected_out, expected_err = mixed_output(lines)
