@@ -15,7 +15,9 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
 - ``bwrap``: each command runs under bubblewrap, in its own PID namespace,
   with the host's system directories read-only and the sandbox's own storage
   mounted at ``/workspace``, ``/tmp`` and ``/home/user`` (HOME). Paths inside
-  a command mean what they mean on the service.
+  a command mean what they mean on the service. A small reporter (this
+  Python, when the sandbox can see it) is the namespace's PID 1 so that exit
+  codes and signals are reported exactly.
 - ``none`` (when bubblewrap is missing or does not work): plain child
   processes whose working directory, HOME and TMPDIR are the sandbox's
   storage. An absolute path such as ``/workspace`` inside a command refers to

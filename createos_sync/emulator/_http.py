@@ -91,6 +91,9 @@ class _Handler(WSGIRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Headers and body go out in separate writes; without this, Nagle's
+        # algorithm and the client's delayed ACK add ~40 ms to every answer.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connections.add(self.connection)
 
     def finish(self) -> None:

@@ -4,7 +4,9 @@ bubblewrap mode builds a small root: the host's system directories read-only,
 the sandbox's storage at ``/workspace``, ``/tmp`` and ``/home/user``, fresh
 ``/dev`` and ``/proc``, and a PID namespace, so that a command sees the same
 paths as on the service and its whole tree can be found and killed. The
-network is the host's.
+network is the host's. When this interpreter is visible inside that root,
+``_reporter`` runs as the namespace's PID 1 so that the command's exact wait
+status (signal or exit code) reaches the emulator.
 
 Plain mode only moves the working directory, HOME and TMPDIR into the
 sandbox's storage: a command that names ``/workspace`` reaches the HOST's
@@ -17,6 +19,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ SYSTEM_DIRS = (
     "/etc", "/opt", "/root", "/var", "/srv",
 )  # fmt: skip
 PROBE_TIMEOUT = 10.0
+REPORTER = (Path(__file__).parent / "_reporter.py").read_text()
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class NoIsolation:
         argv: list[str],
         cwd: str,
         env: dict[str, str],
-        status_fd: int | None,
+        status_fds: tuple[int, int] | None,
     ) -> Launch:
         base = {
             "PATH": BASE_PATH,
@@ -71,8 +75,13 @@ class Bubblewrap:
     name = "bwrap"
     reports_status = True
 
-    def __init__(self, executable: str) -> None:
+    @property
+    def reports_wait_status(self) -> bool:
+        return self._python is not None
+
+    def __init__(self, executable: str, python: str | None) -> None:
         self._bwrap = executable
+        self._python = python
 
     def launch(
         self,
@@ -80,11 +89,11 @@ class Bubblewrap:
         argv: list[str],
         cwd: str,
         env: dict[str, str],
-        status_fd: int | None,
+        status_fds: tuple[int, int] | None,
     ) -> Launch:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
-        if status_fd is not None:
-            cmd += ["--json-status-fd", str(status_fd)]
+        if status_fds is not None:
+            cmd += ["--json-status-fd", str(status_fds[0])]
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 cmd += ["--symlink", os.readlink(path), path]
@@ -92,7 +101,14 @@ class Bubblewrap:
                 cmd += ["--ro-bind", path, path]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
-        cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd, "--", *argv]
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
+        if self._python is not None and status_fds is not None:
+            # bubblewrap closes its status fd in the sandbox: the reporter
+            # writes to a second descriptor of the same pipe.
+            reporter = [self._python, "-I", "-S", "-c", REPORTER, str(status_fds[1])]
+            cmd += ["--as-pid-1", "--", *reporter, *argv]
+        else:
+            cmd += ["--", *argv]
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         return Launch(cmd, str(storage.root), {**base, **env})
 
@@ -100,11 +116,20 @@ class Bubblewrap:
 Isolation = NoIsolation | Bubblewrap
 
 
-def _bwrap_works(executable: str) -> bool:
+def _sandbox_python() -> str | None:
+    """This interpreter's real path, if the sandbox's read-only system dirs show it."""
+    real = os.path.realpath(sys.executable) if sys.executable else ""
+    shown = [os.path.realpath(d) for d in SYSTEM_DIRS if os.path.isdir(d)]
+    return real if real and any(real.startswith(d + "/") for d in shown) else None
+
+
+def _works(bwrap: Bubblewrap) -> bool:
     with tempfile.TemporaryDirectory(prefix="createos-emulator-probe-") as tmp:
         storage = Storage(Path(tmp))
         storage.create()
-        launch = Bubblewrap(executable).launch(storage, ["true"], "/workspace", {}, None)
+        status_r, status_w = os.pipe()
+        report_w = os.dup(status_w)
+        launch = bwrap.launch(storage, ["true"], "/workspace", {}, (status_w, report_w))
         try:
             done = subprocess.run(
                 launch.argv,
@@ -113,8 +138,16 @@ def _bwrap_works(executable: str) -> bool:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=PROBE_TIMEOUT,
+                pass_fds=(status_w, report_w),
             )
         except (OSError, subprocess.TimeoutExpired):
+            return False
+        finally:
+            os.close(status_w)
+            os.close(report_w)
+            with os.fdopen(status_r, "rb") as status:
+                reported = status.read()
+        if bwrap.reports_wait_status and b"wait-status" not in reported:
             return False
         return done.returncode == 0
 
@@ -123,8 +156,20 @@ def choose(mode: str) -> Isolation:
     """The isolation for ``mode`` ("auto", "bwrap" or "none"), probing bubblewrap."""
     if mode != "none":
         executable = shutil.which("bwrap")
-        if executable is not None and _bwrap_works(executable):
-            return Bubblewrap(executable)
+        python = _sandbox_python()
+        candidates = []
+        if executable is not None:
+            if python is not None:
+                candidates.append(Bubblewrap(executable, python))
+            candidates.append(Bubblewrap(executable, None))
+        for bwrap in candidates:
+            if _works(bwrap):
+                if not bwrap.reports_wait_status:
+                    log.info(
+                        "bubblewrap runs without the status reporter: "
+                        "a command killed by signal N may be reported as exit 128+N"
+                    )
+                return bwrap
         if mode == "bwrap":
             raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
         log.warning("bubblewrap is unavailable or does not work here: falling back to none")

@@ -6,11 +6,12 @@ reaps the leader and then closes the journal with the exit status once the
 pipes are drained: at EOF, or, when a background process keeps a pipe open,
 once the pipe has been found empty ``LINGER`` seconds after the leader exited.
 
-Exit status under bubblewrap: bubblewrap exits with the command's exit code,
-or 128+N when the command was killed by signal N; the two cannot be told
-apart. The emulator reports ``signal`` for 128+N when it delivered signal N
-to that tree itself (signal endpoint, termination, destroy), and
-``exit_code`` otherwise.
+Exit status under bubblewrap: the status reporter (``_reporter``) gives the
+command's exact wait status. When it cannot run, or was killed before it
+could report, only bubblewrap's own exit code is known: the command's code,
+or 128+N when it was killed by signal N. The emulator then reports
+``signal`` for 128+N when it delivered signal N to that tree itself (signal
+endpoint, termination, destroy), and ``exit_code`` otherwise.
 """
 
 from __future__ import annotations
@@ -94,9 +95,12 @@ class ManagedProcess:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        status_r, status_w = os.pipe() if isolation.reports_status else (None, None)
+        status_r, status_fds = None, None
+        if isolation.reports_status:
+            status_r, status_w = os.pipe()
+            status_fds = (status_w, os.dup(status_w))
         c = self.command
-        launch = isolation.launch(storage, [c.cmd, *c.args], c.cwd, c.env, status_w)
+        launch = isolation.launch(storage, [c.cmd, *c.args], c.cwd, c.env, status_fds)
         try:
             popen = subprocess.Popen(
                 launch.argv,
@@ -106,7 +110,7 @@ class ManagedProcess:
                 stdout=out_w,
                 stderr=err_w,
                 start_new_session=True,
-                pass_fds=() if status_w is None else (status_w,),
+                pass_fds=status_fds or (),
             )
         except OSError as exc:
             for fd in (in_w, out_r, err_r, status_r):
@@ -115,29 +119,29 @@ class ManagedProcess:
             self._fail(exc)
             return
         finally:
-            for fd in (in_r, out_w, err_w, status_w):
-                if fd is not None:
-                    os.close(fd)
+            for fd in (in_r, out_w, err_w, *(status_fds or ())):
+                os.close(fd)
         self._pid = popen.pid
         self._stdin = in_w
-        self._tree = self._make_tree(popen.pid, status_r)
+        status = None if status_r is None else _StatusPipe(status_r)
+        self._tree = self._make_tree(popen.pid, status)
         with self._lock:
             self._state = "running"
         drained = [threading.Event(), threading.Event()]
         self._thread(self._pump, out_r, "stdout", drained[0])
         self._thread(self._pump, err_r, "stderr", drained[1])
-        self._thread(self._wait_leader, popen, drained, status_r)
+        self._thread(self._wait_leader, popen, drained, status)
 
     def _thread(self, target: Callable[..., None], *args: object) -> None:
         threading.Thread(target=target, args=args, name=f"emulator-{self.id}", daemon=True).start()
 
-    def _make_tree(self, pid: int, status_r: int | None) -> ProcessTree:
+    def _make_tree(self, pid: int, status_pipe: _StatusPipe | None) -> ProcessTree:
         leader = read_stat(pid)
         start = leader.start_time if leader is not None else -1
-        if status_r is None:
+        if status_pipe is None:
             return SessionTree(pid, start)
         self._namespaced = True
-        status = _read_status_line(status_r)
+        status = status_pipe.until("child-pid")
         init = status.get("child-pid")
         init_stat = read_stat(init) if isinstance(init, int) else None
         return NamespaceTree(
@@ -180,14 +184,16 @@ class ManagedProcess:
             os.close(fd)
 
     def _wait_leader(
-        self, popen: subprocess.Popen[bytes], drained: list[threading.Event], status_r: int | None
+        self,
+        popen: subprocess.Popen[bytes],
+        drained: list[threading.Event],
+        status_pipe: _StatusPipe | None,
     ) -> None:
         returncode = popen.wait()
         finished = time.time()
         self._leader_exit = time.monotonic()
-        if status_r is not None:
-            os.close(status_r)
-        exit_code, sig = self._decode(returncode)
+        status = {} if status_pipe is None else status_pipe.rest()
+        exit_code, sig = self._decode(returncode, status.get("wait-status"))
         for event in drained:
             event.wait()
         self.journal.finish(exit_code, sig)
@@ -199,7 +205,10 @@ class ManagedProcess:
         self._close_stdin_quietly()
         self._done.set()
 
-    def _decode(self, returncode: int) -> tuple[int | None, str | None]:
+    def _decode(self, returncode: int, wait_status: Any) -> tuple[int | None, str | None]:
+        if isinstance(wait_status, int):
+            returncode = os.waitstatus_to_exitcode(wait_status)
+            return (None, signal_name(-returncode)) if returncode < 0 else (returncode, None)
         if returncode < 0:
             return None, signal_name(-returncode)
         with self._lock:
@@ -340,16 +349,41 @@ class ManagedProcess:
         self._close_stdin_quietly()
 
 
-def _read_status_line(fd: int) -> dict[str, Any]:
-    """bubblewrap's first --json-status-fd line: child pid and namespace ids."""
-    raw = b""
-    while not raw.endswith(b"\n"):
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        raw += chunk
-    try:
-        status = json.loads(raw.split(b"\n", 1)[0] or b"{}")
-    except ValueError:
-        return {}
-    return status if isinstance(status, dict) else {}
+class _StatusPipe:
+    """JSON lines from bubblewrap's --json-status-fd and from the status reporter."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = b""
+        self._seen: dict[str, Any] = {}
+
+    def until(self, key: str) -> dict[str, Any]:
+        """Block until a line with ``key`` (or EOF) has been read; everything seen so far."""
+        while key not in self._seen and self._read():
+            pass
+        return dict(self._seen)
+
+    def rest(self) -> dict[str, Any]:
+        """After bubblewrap exited: whatever else is in the pipe, then close it."""
+        # A process that inherited the pipe may keep it open: never wait for EOF.
+        os.set_blocking(self._fd, False)
+        try:
+            while self._read():
+                pass
+        except BlockingIOError:
+            pass
+        os.close(self._fd)
+        return dict(self._seen)
+
+    def _read(self) -> bool:
+        chunk = os.read(self._fd, 4096)
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                self._seen.update(obj)
+        return bool(chunk)

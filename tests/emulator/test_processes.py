@@ -128,7 +128,7 @@ def test_wait_times_out_with_408_then_succeeds(api: Api) -> None:
 def test_delete_kills_grandchildren_and_confirms(any_api: Api) -> None:
     sandbox_id = any_api.sandbox()
     process_id = any_api.process(sandbox_id, "bash", "-c", "sleep 1000 & sleep 1000 & wait")
-    wait_until(lambda: len(_pids(any_api, process_id)) >= 3, what="the grandchildren")
+    wait_until(lambda: _commands(any_api, process_id).count("sleep 1000") == 2, what="sleeps")
     reply = any_api.data(
         "DELETE", any_api.proc_path(sandbox_id, process_id), params={"grace_ms": 1000}
     )
@@ -170,7 +170,7 @@ def test_sigterm_ignoring_command_is_killed_after_grace(any_api: Api) -> None:
 def test_signal_endpoint_reaches_the_whole_tree(any_api: Api) -> None:
     sandbox_id = any_api.sandbox()
     process_id = any_api.process(sandbox_id, "bash", "-c", "sleep 1000 & wait")
-    wait_until(lambda: len(_pids(any_api, process_id)) >= 2, what="the child")
+    wait_until(lambda: "sleep 1000" in _commands(any_api, process_id), what="the child")
     path = any_api.proc_path(sandbox_id, process_id, "/signal")
     assert any_api.call("POST", path, json={"signal": "SIGBOGUS"}).status_code == 400
     assert any_api.call("POST", path, json={"signal": "SIGTERM"}).status_code == 200
@@ -179,12 +179,33 @@ def test_signal_endpoint_reaches_the_whole_tree(any_api: Api) -> None:
     assert info["tree_exited"] is True
 
 
-def test_missing_command(any_api: Api) -> None:
+def test_missing_command_exits_127(any_api: Api) -> None:
+    _need_exact_status(any_api)
     sandbox_id = any_api.sandbox()
     process_id = any_api.process(sandbox_id, "no-such-command-here")
+    frames = any_api.frames(sandbox_id, process_id)
+    assert frames[-1] == {"type": "exit", "exit_code": 127}
+    assert b"no-such-command-here" in output(frames, "stderr")
+    assert any_api.wait_exit(sandbox_id, process_id)["tree_exited"] is True
+
+
+@pytest.mark.parametrize(
+    ("script", "exit_code", "signal"),
+    [
+        ("kill -SEGV $$", None, "SIGSEGV"),
+        ("kill -KILL $$", None, "SIGKILL"),
+        ("exit 139", 139, None),
+        ("yes | head -c 1 >/dev/null; exit ${PIPESTATUS[0]}", 141, None),  # SIGPIPE is default
+    ],
+)
+def test_exit_status_is_exact(
+    any_api: Api, script: str, exit_code: int | None, signal: str | None
+) -> None:
+    _need_exact_status(any_api)
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "bash", "-c", script)
     info = any_api.wait_exit(sandbox_id, process_id)
-    assert info["exit_code"] not in (0, None)
-    assert info["tree_exited"] is True
+    assert (info["exit_code"], info["signal"]) == (exit_code, signal)
 
 
 def test_exec_buffered_and_streamed(any_api: Api) -> None:
@@ -223,8 +244,22 @@ def test_bwrap_sandbox_sees_its_own_root_and_pids(bwrap_api: Api) -> None:
     assert "Read-only file system" in result["stderr"]
 
 
-def _pids(api: Api, process_id: str) -> tuple[int, ...]:
+def _need_exact_status(api: Api) -> None:
+    """bubblewrap reports exact statuses only when its status reporter could run."""
+    isolation = api.emu._require_store().isolation
+    if not getattr(isolation, "reports_wait_status", True):
+        pytest.skip("the status reporter cannot run inside bubblewrap here")
+
+
+def _commands(api: Api, process_id: str) -> list[str]:
+    """Command lines of the live processes of one tree."""
+    found = []
     for live in api.emu.live_processes():
         if live.process_id == process_id:
-            return live.pids
-    return ()
+            for pid in live.pids:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        found.append(f.read().replace(b"\0", b" ").decode().strip())
+                except OSError:
+                    pass  # it has just ended
+    return found
