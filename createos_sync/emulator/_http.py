@@ -167,8 +167,11 @@ class _Handler(WSGIRequestHandler):
             names.add(key.lower())
         bodiless = environ["REQUEST_METHOD"] == "HEAD" or code < 200 or code in (204, 304)
         if "content-length" not in names and not bodiless:
-            state["chunked"] = True
-            self.send_header("Transfer-Encoding", "chunked")
+            if self.request_version == "HTTP/1.1":
+                state["chunked"] = True
+                self.send_header("Transfer-Encoding", "chunked")
+            else:  # an HTTP/1.0 client reads the body until the connection closes
+                self.close_connection = True
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
