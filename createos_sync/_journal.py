@@ -11,6 +11,11 @@ The file lives in ``$CREATEOS_SYNC_STATE_DIR``, else
 ``$XDG_STATE_HOME/createos-sync``, else ``~/.local/state/createos-sync``.
 Writers on one machine are serialised with a lock file; the journal is
 rewritten atomically (temporary file, then rename).
+
+The lock is a POSIX record lock (``lockf``) plus a lock for this process's
+threads, not ``flock``: a ``flock`` is shared with every child forked while
+it is held (multiprocessing, say), and stays held as long as that child
+lives, which would block every other writer until the child exits.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import logging
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +43,18 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: single-writer best effort
     fcntl = None  # type: ignore[assignment]
+
+# Record locks belong to the process, not the thread: threads take this one too.
+_threads = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    global _threads
+    _threads = threading.Lock()  # a thread of the parent may have held it: it does not exist here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def state_dir() -> Path:
@@ -116,9 +134,9 @@ class Journal:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / (FILE_NAME + ".lock"), "a") as lock:
+        with _threads, open(self.directory / (FILE_NAME + ".lock"), "a") as lock:
             if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                fcntl.lockf(lock, fcntl.LOCK_EX)
             yield
 
     def _read(self) -> list[Entry]:
@@ -131,8 +149,9 @@ class Journal:
                 "the lease journal at %s is unreadable (%s); starting afresh", self.path, exc
             )
             return []
+        items = document.get("leases") if isinstance(document, dict) else None
         entries = []
-        for item in document.get("leases", []) if isinstance(document, dict) else []:
+        for item in items if isinstance(items, list) else []:
             with contextlib.suppress(TypeError, ValueError):
                 entries.append(_entry(item))
         return entries
