@@ -1,0 +1,86 @@
+"""Every example runs against the emulator, so that none of them rots."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import createos_sync as cs
+from createos_sync._journal import Journal
+from createos_sync.emulator import Emulator
+
+from .subprocesses import emulator_env, finish, spawn
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# What each script must print (on stdout) when it works.
+EXPECTED = {
+    "quickstart.py": ["hello from", "42", "round trip", "exit_code=3"],
+    "ci_job.py": ["Ran 1 test", "tests passed"],
+    "files_roundtrip.py": ["100% of 3145728 bytes", "every file came back intact"],
+    "background_server.py": ["hello from the sandbox", '"GET /hello.txt HTTP/1.1" 200'],
+}
+
+
+def test_every_script_is_tested() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+def test_the_scripts_run(emulator: Emulator, tmp_path: Path) -> None:
+    env = emulator_env(emulator)
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (failing / "test_fails.py").write_text(
+        "import unittest\n\nclass T(unittest.TestCase):\n"
+        "    def test_no(self):\n        self.fail('on purpose')\n"
+    )
+    offline_env = {k: v for k, v in env.items() if k != "CREATEOS_API_KEY"}
+    procs = [spawn([sys.executable, str(EXAMPLES / name)], env) for name in EXPECTED]
+    procs.append(spawn([sys.executable, str(EXAMPLES / "ci_job.py"), str(failing)], env))
+    # Without CREATEOS_API_KEY an example starts an emulator of its own.
+    procs.append(spawn([sys.executable, str(EXAMPLES / "quickstart.py")], offline_env))
+    *outcomes, red_ci, offline = [finish(p) for p in procs]
+    for name, (status, out, err) in zip(EXPECTED, outcomes, strict=True):
+        assert status == 0, f"{name} failed:\n{err}"
+        for text in EXPECTED[name]:
+            assert text in out, f"{name} did not print {text!r}:\n{out}"
+
+    status, out, err = red_ci
+    assert status == 1, err
+    assert "tests failed" in out
+    assert "AssertionError: on purpose" in (failing / "report.txt").read_text()
+
+    status, out, err = offline
+    assert status == 0, err
+    assert out.startswith("(no CREATEOS_API_KEY: local emulator")
+    assert Journal().entries() == []
+
+
+def test_the_notebook_runs_cell_by_cell(
+    emulator: Emulator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notebook = json.loads((EXAMPLES / "notebook.ipynb").read_text())
+    assert (notebook["nbformat"], notebook["nbformat_minor"]) == (4, 5)
+    assert notebook["metadata"]["kernelspec"]["language"] == "python"
+    cells = notebook["cells"]
+    assert len({cell["id"] for cell in cells}) == len(cells)
+    code = [cell for cell in cells if cell["cell_type"] == "code"]
+    assert all(cell["outputs"] == [] and cell["execution_count"] is None for cell in code)
+
+    monkeypatch.setenv("CREATEOS_API_URL", emulator.url)
+    monkeypatch.setenv("CREATEOS_API_KEY", emulator.api_key)
+    namespace: dict[str, object] = {}
+    for number, cell in enumerate(code):
+        exec(compile("".join(cell["source"]), f"<notebook cell {number}>", "exec"), namespace)
+        if number == 1:  # the lease stays open between cells
+            box = namespace["box"]
+            assert isinstance(box, cs.Lease) and box.id in emulator.live_sandboxes()
+    out = capsys.readouterr().out
+    assert "step 1\nstep 2\nstep 3\n" in out  # echo=True
+    assert "tick 5" in out
+    box, result = namespace["box"], namespace["result"]
+    assert isinstance(box, cs.Lease) and box.closed
+    assert "CreateOS lease" in box._repr_html_()
+    assert isinstance(result, cs.RunResult) and "exit_code=0" in result._repr_html_()
