@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from createos_sync._journal import Journal
+from createos_sync._journal import Entry, Journal
 from createos_sync.cli import main
+from createos_sync.cli._progress import ProgressBar
 from createos_sync.emulator import Emulator
 
 from .subprocesses import CLI, emulator_env, finish, read_until, run_all, spawn
@@ -111,9 +113,17 @@ def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
     assert main(["shapes", "--json"]) == 0
     assert "s-1vcpu-1gb" in {s["id"] for s in json.loads(capsys.readouterr().out)}
 
+    # A journaled sandbox whose owner died shows as orphaned; destroy forgets it.
+    dead_owner = Entry(name="n", base_url=emulator.url, sandbox_id=kept, pid=2**22 + 1)
+    Journal().add(dead_owner)
+    assert main(["ls"]) == 0
+    (line,) = [row for row in capsys.readouterr().out.splitlines() if row.startswith(kept)]
+    assert line.endswith("orphaned: see `createos-sync reap`")
+
     assert main(["destroy", kept, "sbx-never-existed"]) == 0
     assert capsys.readouterr().out == f"destroyed {kept}\ndestroyed sbx-never-existed\n"
     assert kept not in emulator.live_sandboxes()
+    assert Journal().entries() == []
 
 
 def test_expected_failures_are_one_line_without_traceback(
@@ -198,3 +208,29 @@ def test_reap_subcommand_with_an_empty_journal(
 ) -> None:
     assert main(["reap", "--dry-run"]) == 0
     assert capsys.readouterr().out == "the lease journal is empty: nothing to reap\n"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_for_big_transfers_on_a_terminal() -> None:
+    screen = Terminal()
+    bar = ProgressBar("upload x", screen, threshold=100)
+    bar(0, 50)
+    bar.close()
+    assert screen.getvalue() == ""  # too small to bother
+    bar(0, 200)
+    bar(100, 200)
+    bar(200, 200)
+    bar.close()
+    frames = screen.getvalue().split("\r")[1:]
+    assert [f.split("]")[1].split("%")[0].strip() for f in frames] == ["0", "50", "100"]
+    assert screen.getvalue().endswith("\n")
+    unknown = Terminal()
+    ProgressBar("download y", unknown, threshold=1)(3 * 1024 * 1024, None)
+    assert "3.0 MB" in unknown.getvalue()
+    piped = io.StringIO()
+    ProgressBar("upload z", piped, threshold=0)(10, 10)
+    assert piped.getvalue() == ""  # logs stay clean
