@@ -32,14 +32,19 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
-    """Within the block, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``; restored after."""
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``; restored after.
+
+    Signals that were ignored when the block began stay ignored.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
     previous = {}
     try:
         for signum in HANDLED:
-            previous[signum] = signal.signal(signum, _raise)
+            # An ignored signal stays ignored: `nohup`, and SIGINT in a shell's background job.
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _raise)
         yield
     finally:
         for signum, handler in previous.items():

@@ -18,6 +18,8 @@ from createos_sync.emulator import Emulator
 
 from .subprocesses import CLI, emulator_env, finish, read_until, run_all, spawn
 
+# Waits, without any timing, until the test creates the file `go` in /workspace.
+UNTIL_GO = "while [ ! -e go ]; do sleep 0.02; done"
 WITHOUT_WERKZEUG = (
     "import sys; sys.modules['werkzeug'] = None; from createos_sync.cli import main; "
     "sys.exit(main(['run', '--local', '--', 'true']))"
@@ -70,18 +72,24 @@ def test_signals_terminate_the_remote_process_and_destroy_the_sandbox(
     before = set(emulator.live_sandboxes())
     sent = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     procs = [spawn([*CLI, "run", "--", "echo started; exec sleep 600"], env) for _ in sent]
-    for proc in procs:
+    # As under nohup: an ignored SIGHUP stays ignored, and the command runs to its end.
+    nohup = spawn(["nohup", *CLI, "run", "--", f"echo started; {UNTIL_GO}; echo finished"], env)
+    for proc in [*procs, nohup]:
         read_until(proc, b"started\n")
     running = set(emulator.live_sandboxes()) - before
-    assert len(running) == len(sent)
+    assert len(running) == len(sent) + 1
     assert {p.sandbox_id for p in emulator.live_processes()} == running
     for proc, signum in zip(procs, sent, strict=True):
         proc.send_signal(signum)
+    nohup.send_signal(signal.SIGHUP)
     for proc, signum in zip(procs, sent, strict=True):
         status, _, err = finish(proc)
         assert status == 128 + signum
         assert f"interrupted: {signal.Signals(signum).name}" in err
         assert "Traceback" not in err
+    (nohup_sandbox,) = running & set(emulator.live_sandboxes())
+    emulator.sandbox_path(nohup_sandbox, "/workspace/go").touch()
+    assert finish(nohup)[:2] == (0, "finished\n")
     assert not set(emulator.live_sandboxes()) & running
     assert emulator.live_processes() == []
     assert not Journal().entries()
