@@ -228,7 +228,7 @@ def connect_output(
         "GET",
         f"{_process(sandbox_id, process_id)}/connect",
         operation=Operation.OUTPUT_CONNECTION,
-        repeat=Repeat.SAFE,
+        repeat=Repeat.REFUSED_ONLY,  # reconnection is the follower's job: one retry layer
         deadline=deadline,
         params={"after": str(after)},
         idle_timeout=STREAM_IDLE_TIMEOUT,

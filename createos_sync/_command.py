@@ -99,10 +99,16 @@ class Command:
         lines = []
         if gate is Gate.STDIN_EOF:
             lines.append("IFS= read -r -d '' _ || :")
-            source = shlex.quote(stdin_path) if stdin_path else "/dev/null"
-            lines.append(f"exec 0<{source} || exit 1")
             if stdin_path:
-                lines.append(f"rm -f -- {source}")
+                # A sandbox whose /tmp is private under another path (the emulator
+                # without isolation) names it in TMPDIR: look there as well.
+                lines.append(
+                    f'f={shlex.quote(stdin_path)}; [ -e "$f" ] || f="${{TMPDIR:-/tmp}}/${{f##*/}}"'
+                )
+                lines.append('exec 0<"$f" || exit 1')
+                lines.append('rm -f -- "$f"')
+            else:
+                lines.append("exec 0</dev/null || exit 1")
         else:
             lines.append("IFS= read -r _ || :")
         if self.cwd is not None:

@@ -20,6 +20,7 @@ from . import _retry
 from ._deadline import Deadline
 from ._http import Stream
 from ._ndjson import Data, Error, Exit, parse_frame, split_lines
+from ._retry import RETRYABLE_SERVER_STATUSES
 from .errors import (
     CreateosApiError,
     Operation,
@@ -154,7 +155,10 @@ class Follower:
 
 
 def _is_drop(exc: BaseException) -> bool:
-    return isinstance(exc, CreateosApiError) and exc.status is None
+    """A broken or refused connection worth a reconnection (a 4xx is not)."""
+    return isinstance(exc, CreateosApiError) and (
+        exc.status is None or exc.status in RETRYABLE_SERVER_STATUSES
+    )
 
 
 def _stream_error(error: str) -> ProtocolError:

@@ -268,12 +268,8 @@ def test_symlinks_leaving_the_remote_tree_name_the_entry(
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="emulator without isolation: the files API writes the sandbox's /tmp, while "
-    "commands read the host's /tmp, so staged stdin (and tar's scratch files) are not found",
-)
 def test_staged_stdin_without_isolation() -> None:
+    """Without isolation the sandbox's /tmp is its TMPDIR: staged stdin is found there."""
     with (
         own_emulator(isolation="none") as emu,
         emu.client(requests_per_minute=FAST) as client,

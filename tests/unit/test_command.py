@@ -133,3 +133,22 @@ printable = st.text(
 def test_arbitrary_argv_round_trips(argv: list[str]) -> None:
     done = run_wrapper(Command.parse([*PRINT_ARGV, *argv]))
     assert json.loads(done.stdout.splitlines()[-1]) == argv
+
+
+def test_staged_stdin_is_found_under_tmpdir_when_tmp_is_elsewhere(
+    tmp_path: os.PathLike[str],
+) -> None:
+    staged_name = ".createos-sync-stdin-test1234"
+    with open(os.path.join(tmp_path, staged_name), "w") as f:
+        f.write("from tmpdir\n")
+    args = Command.parse("cat").wrapper(Gate.STDIN_EOF, f"/tmp/{staged_name}")
+    done = subprocess.run(
+        ["/bin/bash", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)},
+    )
+    assert done.stdout.splitlines()[-1] == "from tmpdir"
+    assert not os.path.exists(os.path.join(tmp_path, staged_name))

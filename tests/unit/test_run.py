@@ -179,7 +179,7 @@ def test_stdin_is_staged_as_a_file_and_redirected(box: Any, service: Service) ->
     staged = put.request.params["path"]
     assert staged.startswith("/tmp/")
     wrapper = service.process_bodies()[0]["args"][1]
-    assert f"exec 0<{staged}" in wrapper and f"rm -f -- {staged}" in wrapper
+    assert f"f={staged};" in wrapper and 'exec 0<"$f"' in wrapper and 'rm -f -- "$f"' in wrapper
     assert "secret input" not in json.dumps(service.process_bodies())
     assert len(service.mock.calls) == 1 + 4  # open + PUT, create, connect, release
 
@@ -243,3 +243,27 @@ def test_second_ctrl_c_during_termination_destroys_the_sandbox(box: Any, service
     assert len(service.calls("DELETE", f"/sandboxes/{SANDBOX}")) >= 1
     assert service.calls("DELETE")[-1].request.url.endswith(f"/sandboxes/{SANDBOX}")
     assert box.closed
+
+
+def test_connect_5xx_is_one_reconnection_not_a_transport_retry_storm(
+    box: Any, service: Service
+) -> None:
+    service.create_process()
+    service.connect(http=503)
+    service.connect(data(1, "ok\n"), exit_frame(0))
+    service.close_stdin()
+    assert box.run("x").stdout == "ok\n"
+    assert len(service.calls("GET", "/connect")) == 2
+
+
+def test_a_stream_that_never_holds_gives_up_after_a_bounded_number_of_attempts(
+    box: Any, service: Service
+) -> None:
+    service.create_process()
+    for _ in range(6):
+        service.connect(http=503)
+    service.terminate()
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.run("x")
+    assert caught.value.status == 503
+    assert len(service.calls("GET", "/connect")) == 6
