@@ -29,6 +29,7 @@ from .errors import (
     OutputLostError,
     ProtocolError,
     SandboxUnavailable,
+    UnsafeArchiveError,
     is_cleanup_error,
 )
 from .lease import Lease, OnExit
@@ -110,6 +111,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxUnavailable",
     "Shape",
+    "UnsafeArchiveError",
     "__version__",
     "close_all",
     "is_cleanup_error",
