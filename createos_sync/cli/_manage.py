@@ -66,9 +66,13 @@ def list_sandboxes(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([attrs.asdict(s, value_serializer=_jsonable) for s in sandboxes])
         return 0
+    try:
+        entries = Journal().entries()
+    except OSError:  # the notes are a courtesy: the listing stands without them
+        entries = []
     orphans = {
         e.sandbox_id
-        for e in Journal().entries()
+        for e in entries
         if e.base_url == base_url and e.sandbox_id and e.owner_alive() is False
     }
     rows = [

@@ -3,10 +3,12 @@
 The exit status is the command's own; 124 when it timed out (as with
 ``timeout(1)``), 128 + N when it was killed by signal N, and 128 + N when
 this CLI received signal N (130 for Ctrl-C) after cleaning up like
-``Lease.close()``. Uploads happen before the command, downloads after it,
-whatever its exit status; a local directory is uploaded as a tree, and a
-remote path ending in ``/`` is downloaded as one. Transfers of more than a
-few MB draw a progress bar when stderr is a terminal.
+``Lease.close()``. Without ``--timeout`` the command has no time limit.
+
+Uploads happen before the command, downloads after it whatever its exit
+status; a local directory is uploaded as a tree, and a remote path ending in
+``/`` is downloaded as one. Transfers of more than a few MB draw a progress
+bar when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from ._report import EXIT_FAILURE, UsageError, say
 from ._signals import signals_interrupt
 
 EXIT_TIMEOUT = 124
+# Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
+# default of one operation timeout: the run API needs a finite number.
+NO_TIMEOUT = 7 * 24 * 3600.0
 
 DESCRIPTION = """\
 Run CMD in a new sandbox, stream its output live, and exit with its exit status
@@ -57,7 +62,10 @@ def add_parser(
     )
     parser.add_argument("--cwd", metavar="DIR", help="working directory of CMD")
     parser.add_argument(
-        "--timeout", type=_seconds, metavar="SECONDS", help="terminate CMD after this long (124)"
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="terminate CMD after this long and exit 124 (default: no limit)",
     )
     parser.add_argument(
         "--upload",
@@ -87,6 +95,7 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
+    """The ``run`` subcommand; returns the exit status (see the module docstring)."""
     command = _command(args.command)
     env = dict(args.env)
     try:
@@ -98,14 +107,15 @@ def run(args: argparse.Namespace) -> int:
     with signals_interrupt(), _local.client(local=args.local) as client:
         lease = client.lease(args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None)
         with lease as box:
+            if args.keep:  # said at once, so that an interrupted run still tells
+                say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
             for local, remote in args.upload:
                 _upload(box, local, remote)
-            result = box.run(command, cwd=args.cwd, env=env, timeout=args.timeout, echo=True)
+            timeout = args.timeout or NO_TIMEOUT
+            result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True)
             status = _status(result)
             if not _download_all(box, args.download) and status == 0:
                 status = EXIT_FAILURE
-        if args.keep:
-            say(f"kept sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
     return status
 
 
@@ -119,7 +129,8 @@ def _command(words: list[str]) -> str | list[str]:
 
 def _status(result: RunResult) -> int:
     if result.timed_out:
-        say(f"timed out after {result.timeout:g} s: the command's processes were terminated")
+        limit = f" after {result.timeout:g} s" if result.timeout else ""
+        say(f"timed out{limit}: the command's processes were terminated")
         return EXIT_TIMEOUT
     if result.signal is not None:
         say(f"the command was killed by {result.signal}")
@@ -202,6 +213,8 @@ def _upload_spec(text: str) -> tuple[str, str]:
     local, sep, remote = text.partition(":/")
     if not sep or not local:
         raise argparse.ArgumentTypeError(f"expected LOCAL:REMOTE, REMOTE absolute: {text!r}")
+    if not os.path.exists(local):  # found out before a sandbox is created for nothing
+        raise argparse.ArgumentTypeError(f"no such file or directory: {local!r}")
     return local, _remote("/" + remote)
 
 

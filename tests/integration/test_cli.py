@@ -107,7 +107,7 @@ def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
 ) -> None:
     status, out, err = finish(spawn([*CLI, "run", "--keep", "--", "echo kept"], env))
     assert (status, out) == (0, "kept\n")
-    kept = err.split("kept sandbox ", 1)[1].split()[0]
+    kept = err.split("keeping sandbox ", 1)[1].split()[0]
     assert kept in emulator.live_sandboxes()
     assert not Journal().entries()  # kept on purpose: reap must not touch it
 
@@ -190,6 +190,7 @@ def test_console_script_matches_python_m() -> None:
         ["run", "--env", "1X=2", "--", "true"],
         ["run", "--timeout", "-1", "--", "true"],
         ["run", "--upload", "relative:path", "--", "true"],
+        ["run", "--upload", "/no/such/file:/workspace/x", "--", "true"],
         ["run", "--download", "relative/path:here", "--", "true"],
         ["run", "--local", "--keep", "--", "true"],
         ["destroy"],
