@@ -63,9 +63,7 @@ def test_send_and_close_stdin_to_an_interactive_process(box: cs.Lease) -> None:
         process.send("late\n")
 
 
-def test_wait_with_a_timeout_leaves_the_process_running(
-    emulator: Emulator, box: cs.Lease
-) -> None:
+def test_wait_with_a_timeout_leaves_the_process_running(emulator: Emulator, box: cs.Lease) -> None:
     process = box.start(f"{UNTIL_GO}; exit 7")
     with pytest.raises(cs.OperationTimeout):
         process.wait(timeout=0.05)
