@@ -79,7 +79,7 @@ def test_terminate_and_kill_end_the_whole_tree(emulator: Emulator, box: cs.Lease
         lambda: tree_alive(emulator, polite) and tree_alive(emulator, stubborn),
         "both trees run",
     )
-    polite.terminate()
+    polite.terminate(grace=20)  # ample: a loaded machine must not turn it into SIGKILL
     stubborn.kill()
     assert not tree_alive(emulator, polite) and not tree_alive(emulator, stubborn)
     assert polite.wait(timeout=60).signal == "SIGTERM"
