@@ -73,12 +73,10 @@ def test_wait_with_a_timeout_leaves_the_process_running(emulator: Emulator, box:
 
 
 def test_terminate_and_kill_end_the_whole_tree(emulator: Emulator, box: cs.Lease) -> None:
-    polite = box.start("sleep 600 & sleep 600 & wait")
-    stubborn = box.start("trap '' TERM; sleep 600 & sleep 600; wait")
-    wait_until(
-        lambda: tree_alive(emulator, polite) and tree_alive(emulator, stubborn),
-        "both trees run",
-    )
+    polite = box.start("sleep 600 & sleep 600 & echo ready; wait")
+    stubborn = box.start("trap '' TERM; sleep 600 & sleep 600 & echo ready; wait")
+    for process in (polite, stubborn):
+        take(process.output(), stdout="ready\n")  # the trees (and the trap) are in place
     polite.terminate(grace=20)  # ample: a loaded machine must not turn it into SIGKILL
     stubborn.kill()
     assert not tree_alive(emulator, polite) and not tree_alive(emulator, stubborn)
