@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._reap import reap
 from ._registry import close_all
 from ._registry import open_leases as leases
 from .client import Client
@@ -34,6 +35,7 @@ from .errors import (
 )
 from .lease import Lease, OnExit
 from .models import ProcessInfo, SandboxInfo, Shape
+from .process import Process
 from .result import RunResult
 
 __version__ = "0.1.0"
@@ -105,6 +107,7 @@ __all__ = [
     "LeaseClosed",
     "OperationTimeout",
     "OutputLostError",
+    "Process",
     "ProcessInfo",
     "ProtocolError",
     "RunResult",
@@ -117,4 +120,5 @@ __all__ = [
     "is_cleanup_error",
     "lease",
     "leases",
+    "reap",
 ]

@@ -40,6 +40,9 @@ class Gate(enum.Enum):
 
 
 RELEASE_LINE = b"\n"
+_MARKER = "# createos-sync"
+_EXEC_LINE = f"exec {SHELL} -lc "
+_ARGV_EXEC = "exec "
 
 
 def staged_stdin_path() -> str:
@@ -88,11 +91,21 @@ class Command:
 
     def script(self) -> str:
         """The text given to ``bash -lc``: env exports, then the user's command."""
-        body = self.args if isinstance(self.args, str) else "exec " + shlex.join(self.args)
+        return self._exports() + self._body()
+
+    def _body(self) -> str:
+        return self.args if isinstance(self.args, str) else _ARGV_EXEC + shlex.join(self.args)
+
+    def _exports(self) -> str:
         if not self.env:
-            return body
+            return ""
         exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in self.env.items())
-        return f"export {exports}; {body}"
+        return f"export {exports}; "
+
+    def _marker(self) -> str:
+        """A comment telling ``unwrap`` how to find the user's command again."""
+        kind = "script" if isinstance(self.args, str) else "argv"
+        return f"{_MARKER} {kind} {len(self._exports())}"
 
     def wrapper(self, gate: Gate, stdin_path: str | None = None) -> list[str]:
         """The ``args`` of the ``/bin/bash`` process to create."""
@@ -113,7 +126,8 @@ class Command:
             lines.append("IFS= read -r _ || :")
         if self.cwd is not None:
             lines.append(f"cd -- {shlex.quote(self.cwd)} || exit 1")
-        lines.append(f"exec {SHELL} -lc {shlex.quote(self.script())}")
+        lines.append(self._marker())
+        lines.append(f"{_EXEC_LINE}{shlex.quote(self.script())}")
         wrapper = "\n".join(lines)
         if len(wrapper.encode("utf-8", "surrogatepass")) > MAX_WRAPPER_BYTES:
             raise ValueError(
@@ -122,6 +136,30 @@ class Command:
                 "write_file() and run the file instead"
             )
         return ["-c", wrapper]
+
+
+def unwrap(args: Sequence[str]) -> str | tuple[str, ...] | None:
+    """The user's command inside a wrapper this module built, env exports left out.
+
+    Reattaching to a process by id reads its args back from the service: users
+    want their own command there, and env values must never show. None when
+    the args are not one of our wrappers.
+    """
+    if len(args) != 2 or args[0] != "-c":
+        return None
+    _, found, rest = args[1].partition(f"\n{_MARKER} ")
+    marker, _, last = rest.partition("\n")  # the exec line may span lines: scripts hold newlines
+    fields = marker.split()
+    if not found or len(fields) != 2 or not last.startswith(_EXEC_LINE):
+        return None
+    try:
+        [script] = shlex.split(last[len(_EXEC_LINE) :])
+        body = script[int(fields[1]) :]
+        if fields[0] == "argv" and body.startswith(_ARGV_EXEC):
+            return tuple(shlex.split(body[len(_ARGV_EXEC) :]))
+    except ValueError:
+        return None
+    return body if fields[0] == "script" else None
 
 
 def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:

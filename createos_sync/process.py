@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from . import _api, files
 from ._box import Box
-from ._command import RELEASE_LINE, SHELL, Command, Gate, staged_stdin_path
+from ._command import RELEASE_LINE, SHELL, Command, Gate, staged_stdin_path, unwrap
 from ._containment import DEFAULT_GRACE, terminate_confirmed
 from ._deadline import Deadline
 from ._follow import Deliver, Follower
@@ -417,7 +417,8 @@ def reattach(
     if record is None:
         raise SandboxUnavailable(box.sandbox_id, "missing", f"it has no process {process_id}")
     info = ProcessInfo.from_api(record)
-    args = tuple(str(a) for a in record.get("args") or ()) or str(record.get("cmd") or process_id)
+    raw_args = [str(a) for a in record.get("args") or ()]
+    args = unwrap(raw_args) or tuple(raw_args) or str(record.get("cmd") or process_id)
     if not info.tree_exited:
         box.table.started(process_id)
     handle = Process(
@@ -427,7 +428,7 @@ def reattach(
         max_output=max_output,
         on_output=on_output,
         echo=echo,
-        stdin_open=False,
+        stdin_open=True,  # unknown from here: let the service refuse input if it is closed
     )
     handle._begin(None)
     return handle

@@ -12,9 +12,9 @@ from typing import Any
 import attrs
 
 from .._journal import Journal
+from .._reap import reap
 from ..client import Client
 from ..errors import CreateosError
-from ..reap import reap
 from ._report import EXIT_FAILURE, say
 
 

@@ -110,7 +110,6 @@ def test_reattach_after_the_first_handle_is_dropped_replays_the_output(
         box.process("proc-does-not-exist")
 
 
-@pytest.mark.xfail(strict=True, reason="reattach reports the start-gate wrapper as args")
 def test_a_reattached_process_reports_the_users_command(box: cs.Lease) -> None:
     first = box.start(["echo", "hi"])
     first.wait(timeout=60)

@@ -9,11 +9,10 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync import _api
+from createos_sync import _api, reap
 from createos_sync._deadline import Deadline
 from createos_sync._journal import Entry, Journal
 from createos_sync.emulator import Emulator, Fault
-from createos_sync.reap import reap
 
 from .subprocesses import CLI, emulator_env, finish, read_until, spawn, wait_until
 

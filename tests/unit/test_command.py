@@ -152,3 +152,27 @@ def test_staged_stdin_is_found_under_tmpdir_when_tmp_is_elsewhere(
     )
     assert done.stdout.splitlines()[-1] == "from tmpdir"
     assert not os.path.exists(os.path.join(tmp_path, staged_name))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(printable.filter(lambda s: s.strip()), st.lists(printable, min_size=1, max_size=4)),
+    st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,5}", fullmatch=True), printable, max_size=3),
+)
+def test_unwrap_recovers_the_users_command_without_env(
+    cmd: str | list[str], env: dict[str, str]
+) -> None:
+    from createos_sync._command import unwrap
+
+    command = Command.parse(cmd, env=env, cwd="/w")
+    for gate in Gate:
+        recovered = unwrap(command.wrapper(gate, "/tmp/x" if gate is Gate.STDIN_EOF else None))
+        assert recovered == (cmd if isinstance(cmd, str) else tuple(cmd))
+
+
+def test_unwrap_leaves_foreign_args_alone() -> None:
+    from createos_sync._command import unwrap
+
+    assert unwrap(["-c", "echo hi"]) is None
+    assert unwrap(["python3", "server.py"]) is None
+    assert unwrap(["-c", "# createos-sync argv 0\nexec /bin/bash -lc 'unterminated"]) is None
