@@ -49,6 +49,10 @@ class ProcessTable:
             self._unfinished.pop(process_id, None)
             self._unconfirmed[process_id] = None
 
+    def settle(self, process_id: str, confirmed: bool) -> None:
+        """Record the outcome of a termination."""
+        (self.finished if confirmed else self.unconfirmed)(process_id)
+
     def ambiguous_creation(self) -> None:
         with self._lock:
             self._ambiguous += 1
@@ -75,6 +79,17 @@ class ProcessTable:
     def poisoned(self) -> bool:
         with self._lock:
             return bool(self._unconfirmed) or self._ambiguous > 0
+
+    def why_poisoned(self) -> str:
+        """What makes containment unconfirmed, in words."""
+        reasons = []
+        if self.unconfirmed_ids:
+            reasons.append(
+                f"termination of process {', '.join(self.unconfirmed_ids)} could not be confirmed"
+            )
+        if self.ambiguous:
+            reasons.append(f"{self.ambiguous} process creation(s) had an unknown outcome")
+        return "; ".join(reasons)
 
 
 def terminate_confirmed(
@@ -104,3 +119,13 @@ def terminate_confirmed(
         log.warning("could not read process %s after termination: %s", process_id, exc)
         return False
     return record is None or record.get("tree_exited") is True
+
+
+def terminate_unfinished(
+    transport: Transport, sandbox_id: str, table: ProcessTable, deadline: Deadline
+) -> None:
+    """Close steps 1-3 for every process not seen to exit; outcomes go to ``table``."""
+    for process_id in table.unfinished():
+        table.settle(
+            process_id, terminate_confirmed(transport, sandbox_id, process_id, deadline=deadline)
+        )

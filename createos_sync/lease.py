@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import _api, _registry, _sandbox, files, process
 from ._box import Box
 from ._command import Command, validate_env
-from ._containment import terminate_confirmed
+from ._containment import terminate_unfinished
 from ._deadline import Deadline
 from ._journal import Entry, Journal
 from ._output import Capture, fan_out
@@ -257,11 +257,7 @@ class Lease:
             return None
         deadline = self._cleanup_deadline()
         try:
-            for process_id in box.table.unfinished():
-                confirmed = terminate_confirmed(
-                    box.transport, box.sandbox_id, process_id, deadline=deadline
-                )
-                (box.table.finished if confirmed else box.table.unconfirmed)(process_id)
+            terminate_unfinished(box.transport, box.sandbox_id, box.table, deadline)
         except KeyboardInterrupt:
             log.warning(
                 "interrupted while terminating processes: destroying sandbox %s", box.sandbox_id
@@ -296,14 +292,6 @@ class Lease:
         return None
 
     def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
-        unconfirmed = box.table.unconfirmed_ids
-        reasons = []
-        if unconfirmed:
-            reasons.append(
-                f"termination of process {', '.join(unconfirmed)} could not be confirmed"
-            )
-        if box.table.ambiguous:
-            reasons.append(f"{box.table.ambiguous} process creation(s) had an unknown outcome")
         destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
         if destroyed:
             self._forget_journal()
@@ -314,9 +302,9 @@ class Lease:
                 f"(retry with `createos-sync destroy {box.sandbox_id}`)"
             )
         return CreateosCleanupError(
-            f"containment unconfirmed: {'; '.join(reasons)}; {outcome}",
+            f"containment unconfirmed: {box.table.why_poisoned()}; {outcome}",
             sandbox_id=box.sandbox_id,
-            process_ids=unconfirmed,
+            process_ids=box.table.unconfirmed_ids,
             sandbox_destroyed=destroyed,
         )
 

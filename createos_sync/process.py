@@ -121,10 +121,8 @@ class Execution:
             deadline=self.box.cleanup_deadline(),
             grace=grace,
         )
-        if confirmed:
-            self.box.table.finished(self.id)
-        else:
-            self.box.table.unconfirmed(self.id)
+        self.box.table.settle(self.id, confirmed)
+        if not confirmed:
             log.error("termination of process %s could not be confirmed", self.id)
         return confirmed
 
