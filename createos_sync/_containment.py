@@ -38,10 +38,9 @@ class ProcessTable:
             self._unfinished[process_id] = None
 
     def finished(self, process_id: str) -> None:
-        """The process was seen to exit, or its termination was confirmed."""
+        """The process was seen to exit (its leader: an unconfirmed tree stays unconfirmed)."""
         with self._lock:
             self._unfinished.pop(process_id, None)
-            self._unconfirmed.pop(process_id, None)
 
     def unconfirmed(self, process_id: str) -> None:
         """Termination was tried and could not be confirmed."""
@@ -51,7 +50,12 @@ class ProcessTable:
 
     def settle(self, process_id: str, confirmed: bool) -> None:
         """Record the outcome of a termination."""
-        (self.finished if confirmed else self.unconfirmed)(process_id)
+        if not confirmed:
+            self.unconfirmed(process_id)
+            return
+        with self._lock:
+            self._unfinished.pop(process_id, None)
+            self._unconfirmed.pop(process_id, None)
 
     def ambiguous_creation(self) -> None:
         with self._lock:

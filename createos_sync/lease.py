@@ -292,6 +292,7 @@ class Lease:
         return None
 
     def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
+        why, suspects = box.table.why_poisoned(), box.table.unconfirmed_ids
         destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
         if destroyed:
             self._forget_journal()
@@ -302,9 +303,9 @@ class Lease:
                 f"(retry with `createos-sync destroy {box.sandbox_id}`)"
             )
         return CreateosCleanupError(
-            f"containment unconfirmed: {box.table.why_poisoned()}; {outcome}",
+            f"containment unconfirmed: {why}; {outcome}",
             sandbox_id=box.sandbox_id,
-            process_ids=box.table.unconfirmed_ids,
+            process_ids=suspects,
             sandbox_destroyed=destroyed,
         )
 
