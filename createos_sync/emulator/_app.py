@@ -168,8 +168,11 @@ class App:
         return hmac.compare_digest(given, self._key)
 
     def _logged(self, request: Request, operation: str | None, response: Response) -> Response:
-        status = None if isinstance(response, _Dropped) else response.status_code
+        dropped = isinstance(response, _Dropped)
+        status = None if dropped else response.status_code
         self._requests.add(RequestRecord(request.method, request.path, operation, status))
+        if dropped:
+            _cut(request)  # only now: the log must show the drop before the client sees it
         return response
 
     # -- faults ------------------------------------------------------------
@@ -186,7 +189,6 @@ class App:
                     handler(request, **args).close()
             time.sleep(fault.delay)
             if fault.drop:
-                _cut(request)
                 return _Dropped(b"")
             if fault.body is not None:
                 mimetype = "application/x-ndjson" if operation == "process.connect" else None
