@@ -314,7 +314,7 @@ def decode_envelope(content: bytes, operation: str) -> Any:
         return None
     try:
         document = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than the decoder recurses is junk too
         raise ProtocolError(f"the answer to {operation} is not JSON") from None
     if not isinstance(document, dict) or document.get("status") != "success":
         raise ProtocolError(f"the answer to {operation} is not a JSend success envelope")
