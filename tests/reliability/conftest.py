@@ -1,0 +1,204 @@
+"""Fixtures of the reliability suite: instant clients, leak and secret checks, the ledger.
+
+The ledger counts what the suite proved (fault scenarios, runs, bytes compared
+by checksum, leaks and losses found) and prints it at the end of the run, so
+that RELIABILITY.md publishes figures from an actual run. Tests marked
+``soak`` are deselected unless ``-m`` names them (or ``CREATEOS_SOAK=1``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+import createos_sync as cs
+from createos_sync.emulator import Emulator
+
+from ..integration.helpers import FAST
+
+# Distinctive, so that a leak of it anywhere is found by a plain substring search.
+KEY = f"sk-reliability-{secrets.token_hex(12)}"
+# Every short deadline of the suite; the answers slowed by faults come later than this.
+SHORT = 1.0
+SLOW = 1.8
+NAP_CAP = 0.05
+
+
+class Nap:
+    """A client's ``sleep``: records each wait, sleeps at most ``cap`` seconds of it.
+
+    Retries and reconnections run without their real backoff, yet a poll loop
+    cannot spin hot against the emulator.
+    """
+
+    def __init__(self, cap: float = NAP_CAP) -> None:
+        self.cap = cap
+        self.waits: list[float] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, seconds: float) -> None:
+        with self._lock:
+            self.waits.append(seconds)
+        time.sleep(min(seconds, self.cap))
+
+
+def with_cleanup_timeout(client: cs.Client, seconds: float) -> cs.Client:
+    """Shorten the fresh deadline that cleanup gets (60 s, with no public setting).
+
+    Only the answers slowed past that deadline need it; the transport reads
+    its config at every request, so replacing the frozen config is enough.
+    """
+    client.transport.config = attrs.evolve(client.transport.config, cleanup_timeout=seconds)
+    return client
+
+
+@attrs.define
+class Ledger:
+    """What the suite checked, for RELIABILITY.md."""
+
+    scenarios: int = 0
+    runs: int = 0
+    leases: int = 0
+    bytes_checked: int = 0
+    leaks: int = 0
+    lost: int = 0
+    texts_scanned: int = 0
+    secrets_found: int = 0
+    examples: int = 0
+    throttled_answers: int = 0
+    surfaced_429: int = 0
+    lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def lines(self) -> list[str]:
+        return [
+            f"fault scenarios run: {self.scenarios}",
+            f"leases opened: {self.leases}",
+            f"commands run: {self.runs}",
+            f"output and file bytes compared by checksum: {self.bytes_checked}",
+            f"property-based examples on real processes: {self.examples}",
+            f"messages, reprs, notes and log records scanned for secrets: {self.texts_scanned}",
+            f"429 answers from the emulator under load: {self.throttled_answers}",
+            f"429 surfaced to callers: {self.surfaced_429}",
+            f"leaks found: {self.leaks}",
+            f"outputs lost or duplicated: {self.lost}",
+            f"secrets found: {self.secrets_found}",
+        ]
+
+
+LEDGER = Ledger()
+
+
+@pytest.fixture(scope="session")
+def ledger() -> Ledger:
+    return LEDGER
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if LEDGER.scenarios or LEDGER.runs or LEDGER.texts_scanned:
+        terminalreporter.section("reliability ledger")
+        for line in LEDGER.lines():
+            terminalreporter.write_line(line)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soak tests run only when asked for: ``-m soak`` or ``CREATEOS_SOAK=1``."""
+    if "soak" in (config.getoption("markexpr") or "") or os.environ.get("CREATEOS_SOAK") == "1":
+        return
+    here = os.path.dirname(__file__)
+    soak = [i for i in items if i.get_closest_marker("soak") and str(i.path).startswith(here)]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [i for i in items if i not in soak]
+
+
+# --- emulators and clients -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[Emulator]:
+    """Sandboxes run at once (no status polls), no rate limit, the suite's own key."""
+    with Emulator(rate_limit=None, transition_delay=0, api_key=KEY) as emu:
+        yield emu
+
+
+@pytest.fixture
+def nap() -> Nap:
+    return Nap()
+
+
+@pytest.fixture
+def client(emulator: Emulator, nap: Nap) -> Iterator[cs.Client]:
+    with emulator.client(requests_per_minute=FAST, sleep=nap, timeout=20) as c:
+        yield c
+
+
+def check_no_leaks(emulator: Emulator, before: set[str], allowed: Iterable[str] = ()) -> list[str]:
+    """Destroy and return the sandboxes of ``emulator`` that appeared since ``before``
+    and are not in ``allowed``; processes must all be gone."""
+    allowed = set(allowed)
+    left = set(emulator.live_sandboxes()) - before
+    leaked = sorted(left - allowed)
+    with emulator.client(requests_per_minute=FAST) as janitor:
+        for sandbox_id in left:
+            janitor.destroy(sandbox_id)
+    LEDGER.add(leaks=len(leaked) + len(emulator.live_processes()))
+    return leaked
+
+
+# --- secrets -----------------------------------------------------------------------
+
+
+def exception_texts(exc: BaseException | None) -> list[str]:
+    """Everything a user or a logging handler can see of an exception: the displayed
+    traceback (causes and contexts as Python prints them, notes included) and the
+    str and repr of each exception of that chain."""
+    if exc is None:
+        return []
+    texts = ["".join(traceback.format_exception(type(exc), exc, exc.__traceback__))]
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts += [str(current), repr(current), repr(current.args)]
+        texts += [str(n) for n in getattr(current, "__notes__", ())]
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+    return texts
+
+
+_FORMATTER = logging.Formatter("%(levelname)s %(name)s %(message)s")
+
+
+def record_texts(records: Iterable[logging.LogRecord], *, ours: bool = True) -> list[str]:
+    """Formatted log records (with tracebacks) of this package's loggers, or of the others.
+
+    Only ``createos_sync`` loggers promise never to show a query string;
+    urllib3's DEBUG lines show request lines (paths and queries, never headers).
+    """
+    return [_FORMATTER.format(r) for r in records if r.name.startswith("createos_sync") == ours]
+
+
+def assert_no_secrets(texts: list[str], secrets_: Iterable[str]) -> None:
+    """None of ``secrets_`` appears in any of ``texts``."""
+    LEDGER.add(texts_scanned=len(texts))
+    found = [(s, t) for t in texts for s in secrets_ if s and s in t]
+    LEDGER.add(secrets_found=len(found))
+    assert not found, f"secret {found[0][0]!r} appeared in: {found[0][1][:2000]}"

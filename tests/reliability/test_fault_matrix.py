@@ -1,0 +1,442 @@
+"""The fault matrix: every operation of a lease's life under every kind of service failure.
+
+Each cell scripts one fault on one operation (``Fault``) and drives the SDK
+through a whole lease, as a user would (``with client.lease() as box``).
+Whatever the outcome, every cell checks the same invariants:
+
+- nothing is left alive on the emulator: no process, and no sandbox unless
+  a ``CreateosCleanupError`` named it as possibly still running;
+- a containment that could not be confirmed surfaces (``cs.is_cleanup_error``);
+- when the call succeeds, its output or file arrives whole and once (checksums);
+- creations are never repeated after anything but a 429;
+- no exception text, note, repr or log record shows the key, an error body,
+  a malformed body or a query string.
+
+The expected outcome of each cell is written down in ``EXPECTED`` (and in
+RELIABILITY.md), so a change of behaviour fails here. Tests of single faults
+in depth live in tests/integration/test_faults.py; this is the systematic grid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import createos_sync as cs
+from createos_sync._journal import Journal
+from createos_sync.emulator import Emulator, Fault
+
+from ..integration.helpers import (
+    FAST,
+    MIXED_OUTPUT_SCRIPT,
+    StreamHasher,
+    mixed_output,
+    sha256,
+    wait_until,
+)
+from .conftest import (
+    KEY,
+    SHORT,
+    SLOW,
+    Ledger,
+    Nap,
+    assert_no_secrets,
+    check_no_leaks,
+    exception_texts,
+    record_texts,
+    with_cleanup_timeout,
+)
+
+OPERATIONS = (
+    "sandbox.create",
+    "sandbox.get",
+    "sandbox.delete",
+    "process.create",
+    "process.connect",
+    "process.stdin_close",
+    "process.delete",
+    "file.write",
+    "file.read",
+)
+FAULTS = ("5xx-once", "5xx-always", "drop", "slow", "429", "malformed")
+# A lost answer is worst when the request did take effect: these perform it first.
+MUTATING = frozenset(
+    {"sandbox.create", "sandbox.delete", "process.create", "process.stdin_close",
+     "process.delete", "file.write"}
+)  # fmt: skip
+
+# Outcomes: ok = the call succeeded, output verified; error = a CreateosError, nothing
+# left and nothing to confirm; poisoned = the error carries a cleanup failure and the
+# sandbox was destroyed instead; destroy-failed = CreateosCleanupError naming a sandbox
+# that may still run (journaled for `createos-sync reap`); timed-out = RunResult with
+# timed_out=True; served = a file download returns the bytes served (no envelope).
+EXPECTED: dict[str, dict[str, str]] = {
+    "sandbox.create": {"5xx-once": "error", "5xx-always": "error", "drop": "error",
+                       "slow": "error", "429": "ok", "malformed": "error"},
+    "sandbox.get": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
+                    "slow": "error", "429": "ok", "malformed": "error"},
+    "sandbox.delete": {"5xx-once": "ok", "5xx-always": "destroy-failed", "drop": "ok",
+                       "slow": "destroy-failed", "429": "ok", "malformed": "destroy-failed"},
+    "process.create": {"5xx-once": "poisoned", "5xx-always": "poisoned", "drop": "poisoned",
+                       "slow": "poisoned", "429": "ok", "malformed": "poisoned"},
+    "process.connect": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
+                        "slow": "timed-out", "429": "ok", "malformed": "error"},
+    "process.stdin_close": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
+                            "slow": "error", "429": "ok", "malformed": "error"},
+    "process.delete": {"5xx-once": "ok", "5xx-always": "poisoned", "drop": "ok",
+                       "slow": "poisoned", "429": "ok", "malformed": "ok"},
+    "file.write": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
+                   "slow": "error", "429": "ok", "malformed": "error"},
+    "file.read": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
+                  "slow": "error", "429": "ok", "malformed": "served"},
+}  # fmt: skip
+
+MARKER = "BODY-MARKER-7f3a"  # in every malformed body: must never reach a message
+QUERY_MARKER = "QUERY-MARKER-91c2"  # in every remote path (a query parameter)
+REMOTE = f"/workspace/{QUERY_MARKER}.bin"
+# Texts that may only ever live in a body, a header or a query string.
+SECRETS = (KEY, MARKER, QUERY_MARKER, "scripted fault", "grace_ms=", "timeout_ms=", "?path=")
+LINES = 300  # about 43 KB of mixed stdout/stderr with multi-byte characters
+WORKLOAD = ["python3", "-c", MIXED_OUTPUT_SCRIPT, str(LINES)]
+SLEEPER = "echo begun; exec sleep 1000"
+BLOB = hashlib.sha256(b"reliability").digest() * 8192  # 256 KiB
+
+
+def malformed_body(operation: str) -> bytes:
+    """A 200 answer no client may accept, echoing the key and a query as real bodies do."""
+    if operation == "process.connect":
+        frame = {"type": "data", "seq": "one", "echo": KEY, "query": f"?after=0&{MARKER}"}
+        return json.dumps(frame).encode() + b"\n"
+    if operation in ("sandbox.get", "process.delete", "file.write"):
+        return f"<html>{KEY} {MARKER} ?path=/x</html>".encode()
+    return json.dumps({"status": "error", "echo": KEY, "request": f"?path={MARKER}"}).encode()
+
+
+def make_fault(operation: str, kind: str) -> Fault:
+    perform = operation in MUTATING
+    if kind == "5xx-once":
+        return Fault(operation, status=503, perform=perform)
+    if kind == "5xx-always":
+        return Fault(operation, status=503, times=1000)
+    if kind == "drop":
+        return Fault(operation, drop=True, perform=perform)
+    if kind == "slow":
+        return Fault(operation, delay=SLOW)
+    if kind == "429":
+        return Fault(operation, status=429, retry_after=1)
+    return Fault(operation, body=malformed_body(operation))
+
+
+@pytest.fixture(scope="module")
+def expected_output() -> tuple[str, str]:
+    out, err = mixed_output(LINES)
+    return out.decode(), err.decode()
+
+
+@pytest.fixture(scope="module")
+def polling_emulator() -> Iterator[Emulator]:
+    """Sandboxes answer 'creating' at first, so that opening a lease polls its status."""
+    with Emulator(rate_limit=None, transition_delay=0.5, api_key=KEY) as emu:
+        yield emu
+
+
+@attrs.define
+class Cell:
+    """One scenario being run: its emulator, client, what it saw and what it verified."""
+
+    operation: str
+    kind: str
+    emu: Emulator
+    client: cs.Client
+    nap: Nap
+    tmp: Path
+    expected_output: tuple[str, str]
+    sandbox_ids: set[str] = attrs.field(factory=set)
+    result: cs.RunResult | None = None
+    verified_bytes: int = 0
+    runs: int = 0
+    served: bytes | None = None
+    texts: list[str] = attrs.field(factory=list)
+
+    @property
+    def slow(self) -> bool:
+        return self.kind == "slow"
+
+    def inject(self) -> None:
+        self.emu.faults.add(make_fault(self.operation, self.kind))
+
+    def lease(self, **options: Any) -> cs.Lease:
+        if self.slow and self.operation in ("sandbox.create", "sandbox.get"):
+            options["timeout"] = SHORT
+        if self.slow and self.operation.startswith("file."):
+            options["timeout"] = SHORT
+        lease = self.client.lease(**options)
+        self.texts.append(repr(lease))
+        return lease
+
+    def opened(self, box: cs.Lease) -> None:
+        assert box.id is not None
+        self.sandbox_ids.add(box.id)
+
+    def run_workload(self, box: cs.Lease, timeout: float = 20.0) -> cs.RunResult:
+        hasher = StreamHasher()
+        self.runs += 1
+        result = box.run(WORKLOAD, timeout=timeout, on_output=hasher)
+        self.result = result
+        self.texts.append(repr(result))
+        if result.ok:
+            out, err = self.expected_output
+            # Whole and once, in the capture and in the live callback alike.
+            assert sha256(result.stdout) == sha256(out)
+            assert sha256(result.stderr) == sha256(err)
+            assert hasher.digest("stdout") == sha256(out)
+            assert hasher.digest("stderr") == sha256(err)
+            self.verified_bytes += len(out.encode()) + len(err.encode())
+        return result
+
+
+# --- the workloads: one per operation, each a whole lease ---------------------------
+
+
+def lease_workload(cell: Cell) -> None:
+    """Open (create + status polls), run, close (destroy): faults on the sandbox."""
+    if cell.operation == "sandbox.delete":
+        cell_client_cleanup(cell)
+    else:
+        cell.inject()
+    with cell.lease() as box:
+        cell.opened(box)
+        assert cell.run_workload(box).ok
+        if cell.operation == "sandbox.delete":
+            cell.inject()
+
+
+def cell_client_cleanup(cell: Cell) -> None:
+    if cell.slow:
+        with_cleanup_timeout(cell.client, SHORT)
+
+
+def process_workload(cell: Cell) -> None:
+    """A run whose creation, output stream or start-gate release is faulted."""
+    with cell.lease() as box:
+        cell.opened(box)
+        cell.inject()
+        result = cell.run_workload(box, timeout=SHORT if cell.slow else 20.0)
+        if cell.kind == "slow" and cell.operation == "process.connect":
+            assert result.timed_out and result.exit_code is None
+            assert (result.stdout, result.stderr) == ("", "")  # the gate was never released
+        else:
+            assert result.ok
+
+
+def terminate_workload(cell: Cell) -> None:
+    """A background process still running at close: its termination is faulted."""
+    cell_client_cleanup(cell)
+    with cell.lease() as box:
+        cell.opened(box)
+        process = box.start(SLEEPER)
+        first = next(process.output())  # it runs: SIGTERM cannot race its start-up
+        assert first == ("stdout", "begun\n")
+        cell.inject()
+    result = process.wait(timeout=30)
+    assert result.stdout == "begun\n"
+    assert not result.ok
+
+
+def upload_workload(cell: Cell) -> None:
+    source = cell.tmp / "blob.bin"
+    source.write_bytes(BLOB)
+    with cell.lease() as box:
+        cell.opened(box)
+        cell.inject()
+        box.upload(source, REMOTE)
+        cell.emu.faults.clear()
+        assert box.id is not None
+        stored = cell.emu.sandbox_path(box.id, REMOTE).read_bytes()
+        assert sha256(stored) == sha256(BLOB)
+        assert sha256(box.read_file(REMOTE)) == sha256(BLOB)
+        cell.verified_bytes += 2 * len(BLOB)
+
+
+def download_workload(cell: Cell) -> None:
+    target = cell.tmp / "down" / "blob.bin"
+    target.parent.mkdir()
+    try:
+        with cell.lease() as box:
+            cell.opened(box)
+            box.write_file(REMOTE, BLOB)
+            cell.inject()
+            box.download(REMOTE, target)
+    finally:
+        # Atomic: the file is there whole, or nothing is (no partial file either).
+        names = os.listdir(target.parent)
+        assert names in ([], ["blob.bin"]), names
+    data = target.read_bytes()
+    if cell.kind == "malformed":
+        cell.served = data
+        return
+    assert sha256(data) == sha256(BLOB)
+    cell.verified_bytes += len(BLOB)
+
+
+WORKLOADS: dict[str, Callable[[Cell], None]] = {
+    "sandbox.create": lease_workload,
+    "sandbox.get": lease_workload,
+    "sandbox.delete": lease_workload,
+    "process.create": process_workload,
+    "process.connect": process_workload,
+    "process.stdin_close": process_workload,
+    "process.delete": terminate_workload,
+    "file.write": upload_workload,
+    "file.read": download_workload,
+}
+
+
+# --- the grid ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def emulator_for(
+    operation: str, kind: str, shared: Emulator, polling: Emulator
+) -> Iterator[Emulator]:
+    """The shared emulator, or a fresh one where a request could be logged after the cell:
+    an answer delayed past the deadline, or a sandbox creation (its path names no sandbox,
+    so it cannot be told apart from another cell's)."""
+    if operation == "sandbox.get":
+        yield polling
+    elif kind == "slow" or operation == "sandbox.create":
+        with Emulator(rate_limit=None, transition_delay=0, api_key=KEY) as emu:
+            yield emu
+    else:
+        yield shared
+
+
+def records(emu: Emulator, operation: str, sandbox_ids: set[str]) -> list[int | None]:
+    """Statuses of the logged requests of ``operation`` (of the cell's sandboxes, if any)."""
+    return [
+        r.status
+        for r in emu.request_log
+        if r.operation == operation
+        and (operation == "sandbox.create" or any(f"/{s}" in r.path for s in sandbox_ids))
+    ]
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_fault_matrix(
+    operation: str,
+    kind: str,
+    emulator: Emulator,
+    polling_emulator: Emulator,
+    expected_output: tuple[str, str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    ledger: Ledger,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    expected = EXPECTED[operation][kind]
+    nap = Nap()
+    with emulator_for(operation, kind, emulator, polling_emulator) as emu:
+        emu.faults.clear()
+        emu.clear_request_log()
+        before = set(emu.live_sandboxes())
+        client = emu.client(requests_per_minute=FAST, sleep=nap, timeout=20)
+        cell = Cell(operation, kind, emu, client, nap, tmp_path, expected_output)
+        caught: BaseException | None = None
+        try:
+            WORKLOADS[operation](cell)
+        except cs.CreateosError as exc:
+            caught = exc
+        finally:
+            emu.faults.clear()
+            client.close()
+        new = set(emu.live_sandboxes()) - before
+        cell.sandbox_ids |= new | _named_sandboxes(caught)
+
+        # 1. Containment: what is left alive is exactly what a cleanup error named.
+        named_alive = _named_alive(caught)
+        leaked = check_no_leaks(emu, before, allowed=named_alive)
+        assert leaked == []
+        assert emu.live_processes() == []
+
+        # 2. The outcome, as written down in EXPECTED.
+        assert _outcome(cell, caught) == expected, _describe(caught)
+        if expected in ("poisoned", "destroy-failed"):
+            assert cs.is_cleanup_error(caught)
+        else:
+            assert not cs.is_cleanup_error(caught)
+        if expected == "destroy-failed":
+            assert isinstance(caught, cs.CreateosCleanupError)
+            assert caught.sandbox_destroyed is False
+            assert caught.sandbox_id in cell.sandbox_ids
+            journaled = {e.sandbox_id for e in Journal().entries()}
+            assert caught.sandbox_id in journaled  # `createos-sync reap` can find it
+        else:
+            assert Journal().entries() == []
+        if expected == "served":
+            assert cell.served == malformed_body(operation)
+
+        # 3. Creations are sent once; only a 429 (refused before any effect) is resent.
+        if kind == "slow" and operation in ("sandbox.create", "process.create"):
+            wait_until(lambda: records(emu, operation, cell.sandbox_ids), what="the late answer")
+        creations = {"sandbox.create": 1, "process.create": 1}
+        if operation in creations:
+            statuses = records(emu, operation, cell.sandbox_ids)
+            assert len([s for s in statuses if s != 429]) == creations[operation], statuses
+        if kind == "429":
+            assert 1.0 in nap.waits  # Retry-After honoured (and no longer)
+            assert records(emu, operation, cell.sandbox_ids)[:1] == [429]
+
+        # 4. Secrets: the key, bodies and query strings never reach what users see.
+        texts = cell.texts + exception_texts(caught) + record_texts(caplog.records)
+        texts.append(repr(client))
+        assert_no_secrets(texts, SECRETS)
+        assert_no_secrets(record_texts(caplog.records, ours=False), (KEY, MARKER))
+
+    ledger.add(
+        scenarios=1,
+        runs=cell.runs,
+        leases=1,
+        bytes_checked=cell.verified_bytes,
+    )
+
+
+def _named_sandboxes(exc: BaseException | None) -> set[str]:
+    if isinstance(exc, cs.CreateosCleanupError) and exc.sandbox_id:
+        return {exc.sandbox_id}
+    return set()
+
+
+def _named_alive(exc: BaseException | None) -> set[str]:
+    """Sandboxes a cleanup error says may still be running (sandbox_destroyed False)."""
+    if isinstance(exc, cs.CreateosCleanupError) and exc.sandbox_destroyed is False:
+        return {exc.sandbox_id} if exc.sandbox_id else set()
+    return set()
+
+
+def _outcome(cell: Cell, caught: BaseException | None) -> str:
+    if caught is None:
+        if cell.served is not None:
+            return "served"
+        if cell.result is not None and cell.result.timed_out:
+            return "timed-out"
+        return "ok"
+    if isinstance(caught, cs.CreateosCleanupError):
+        return "destroy-failed" if caught.sandbox_destroyed is False else "poisoned"
+    if cs.is_cleanup_error(caught):
+        notes = " ".join(str(n) for n in getattr(caught, "__notes__", ()))
+        return "poisoned" if "was destroyed instead" in notes else "destroy-failed"
+    return "error"
+
+
+def _describe(exc: BaseException | None) -> str:
+    return "no exception" if exc is None else "".join(exception_texts(exc)[:1])[-3000:]
