@@ -6,6 +6,7 @@ the host's network in both isolation modes.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -110,8 +111,12 @@ class SandboxApi:
             size = sandbox.storage.write(path, _chunks(request))
         except PathRefused as exc:
             raise ApiError(exc.status, str(exc)) from None
-        except (NotADirectoryError, IsADirectoryError):
+        except (NotADirectoryError, IsADirectoryError, FileExistsError):
             raise ApiError(400, "a parent of the path is not a directory") from None
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            raise ApiError(400, "the path is too long") from None
         return success({"path": path, "size": size})
 
     def file_read(self, request: Request, sandbox_id: str) -> Response:
