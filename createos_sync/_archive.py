@@ -194,6 +194,10 @@ def check(infos: list[tarfile.TarInfo]) -> list[Member]:
                 raise UnsafeArchiveError(
                     f"archive entry {member.name!r} lies beneath the symlink {parent!r}"
                 )
+            if parent in seen and not seen[parent].isdir():
+                raise UnsafeArchiveError(
+                    f"archive entry {member.name!r} lies beneath {parent!r}, not a directory"
+                )
         if member.name in symlinks and _escapes(member.name, symlinks):
             raise UnsafeArchiveError(
                 f"archive entry {member.name!r} is a symlink to "
