@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import sys
 from collections.abc import Callable
 
@@ -9,32 +10,68 @@ OnOutput = Callable[[str, str], None]
 
 
 class TailBuffer:
-    """Keeps the last ``limit`` characters written, in amortised linear time."""
+    """Keeps the last ``limit`` characters written.
+
+    A write never copies earlier text: whole chunks are dropped from the front
+    as soon as the chunks after them hold ``limit`` characters on their own,
+    and the kept tail is joined once, when it is read. Small writes are
+    batched into chunks of at least ``BATCH`` characters first, so that
+    memory stays within ``limit`` plus one chunk however text arrives.
+    """
+
+    BATCH = 8192
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.truncated = False
-        self._chunks: list[str] = []
+        self._chunks: collections.deque[str] = collections.deque()
+        self._small: list[str] = []
+        self._small_size = 0
         self._size = 0
 
     def write(self, text: str) -> None:
-        self._chunks.append(text)
-        self._size += len(text)
-        # Compact only when twice over the limit, so each character is copied O(1) times.
-        if self._size > 2 * self.limit + 65536:
-            self._compact()
+        size = len(text)
+        if not size:
+            return
+        self._size += size
+        if size < self.BATCH or self._small:
+            self._small.append(text)
+            self._small_size += size
+            if self._small_size < self.BATCH:
+                return
+            text = "".join(self._small)
+            self._small.clear()
+            self._small_size = 0
+        chunks = self._chunks
+        chunks.append(text)
+        while chunks and self._size - len(chunks[0]) >= self.limit:
+            self._size -= len(chunks.popleft())
+            self.truncated = True
+
+    @property
+    def held(self) -> int:
+        """Characters held right now (at most ``limit`` plus one chunk)."""
+        return self._size
 
     def getvalue(self) -> str:
-        self._compact()
-        return self._chunks[0] if self._chunks else ""
-
-    def _compact(self) -> None:
-        text = "".join(self._chunks)
-        if len(text) > self.limit:
-            text = text[len(text) - self.limit :]
+        if not self._small and len(self._chunks) == 1 and self._size <= self.limit:
+            return self._chunks[0]
+        parts = [*self._chunks, *self._small]
+        excess = self._size - self.limit
+        if excess > 0:  # cut before joining, so that the tail is built only once
             self.truncated = True
-        self._chunks = [text] if text else []
+            while parts and excess >= len(parts[0]):
+                excess -= len(parts.pop(0))
+            if parts:
+                parts[0] = parts[0][excess:]
+        text = "".join(parts)
+        self._chunks.clear()
+        self._small.clear()
+        self._small_size = 0
+        if text:
+            self._chunks.append(text)
         self._size = len(text)
+        return text
 
 
 class Capture:
