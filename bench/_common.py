@@ -1,0 +1,164 @@
+"""What every benchmark script shares: an emulator in its own process, statistics, printing.
+
+The emulator runs as a separate process (``python -m createos_sync.emulator``)
+so that the client measured here does not share a GIL with the server.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import requests
+
+import createos_sync as cs
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+OFFICIAL_PYTHON = BENCH_DIR / ".venv" / "bin" / "python"
+MB = 1_000_000
+MIB = 1 << 20
+
+
+class EmulatorProcess:
+    """``python -m createos_sync.emulator`` in a child process, on a free loopback port."""
+
+    def __init__(self, *, rate_limit: bool = False, journal_bytes: int | None = None) -> None:
+        self.api_key = secrets.token_urlsafe(24)
+        argv = [sys.executable, "-m", "createos_sync.emulator", "--api-key", self.api_key]
+        if not rate_limit:
+            argv.append("--no-rate-limit")
+        if journal_bytes is not None:
+            argv += ["--journal-bytes", str(journal_bytes)]
+        self.setup = "emulator in a separate process" + (
+            ", rate limit 300/min" if rate_limit else ", no rate limit"
+        )
+        self._proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+        )
+        self.url = ""
+        self.isolation = ""
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if line.startswith("CreateOS emulator listening on "):
+                self.url = line.split()[-1]
+            elif line.startswith("isolation: "):
+                self.isolation = line.split()[-1]
+            elif line.startswith("export "):
+                break
+        if not self.url:
+            self.close()
+            raise RuntimeError("the emulator did not start")
+        self.setup += f", isolation {self.isolation}"
+        self._session = requests.Session()
+
+    def client(self, **options: Any) -> cs.Client:
+        return cs.Client(api_key=self.api_key, base_url=self.url, **options)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The emulator's request log (method, path, operation, status; never the key)."""
+        reply = self._session.get(
+            self.url + "/_emulator/requests", headers={"X-Api-Key": self.api_key}, timeout=30
+        )
+        reply.raise_for_status()
+        return list(reply.json()["data"])
+
+    def state(self) -> dict[str, Any]:
+        reply = self._session.get(
+            self.url + "/_emulator/state", headers={"X-Api-Key": self.api_key}, timeout=30
+        )
+        reply.raise_for_status()
+        return dict(reply.json()["data"])
+
+    def cpu_seconds(self) -> float:
+        """CPU time the emulator process has used (user + system, its own threads)."""
+        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self._session.close()
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+    def __enter__(self) -> EmulatorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextmanager
+def counted(emulator: EmulatorProcess) -> Iterator[list[dict[str, Any]]]:
+    """Collect the requests the emulator logged while the block ran."""
+    before = len(emulator.requests())
+    logged: list[dict[str, Any]] = []
+    yield logged
+    logged.extend(emulator.requests()[before:])
+
+
+class Stats:
+    """Median and spread of repeated measurements."""
+
+    def __init__(self, values: Sequence[float]) -> None:
+        if not values:
+            raise ValueError("no measurements")
+        self.values = sorted(values)
+        self.median = statistics.median(self.values)
+        self.min = self.values[0]
+        self.max = self.values[-1]
+        quartiles = statistics.quantiles(self.values, n=4) if len(values) > 1 else [self.median] * 3
+        self.q1, self.q3 = quartiles[0], quartiles[2]
+
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        return (self.q3 - self.q1) / self.median if self.median else 0.0
+
+    def describe(self, unit: str, scale: float = 1.0, digits: int = 2) -> str:
+        med, q1, q3, lo, hi = (
+            f"{x * scale:.{digits}f}" for x in (self.median, self.q1, self.q3, self.min, self.max)
+        )
+        return f"median {med} {unit} (IQR {q1}-{q3}, min {lo}, max {hi}, n={len(self.values)})"
+
+
+def ratio(numerator: Stats, denominator: Stats) -> float:
+    return numerator.median / denominator.median
+
+
+def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> Stats:
+    """Ratios of interleaved pairs: less sensitive to slow drifts of the machine's load."""
+    return Stats([a / b for a, b in zip(numerators, denominators, strict=True)])
+
+
+def cpu_and_wall(action: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(CPU seconds of this process, wall seconds, result) for one call."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    result = action()
+    return time.process_time() - cpu0, time.perf_counter() - wall0, result
+
+
+def heading(title: str) -> None:
+    print()
+    print("=" * 78)
+    print(title)
+    print("=" * 78)
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (
+        f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
