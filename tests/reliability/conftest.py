@@ -128,6 +128,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --- emulators and clients -------------------------------------------------------
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_for_wider_fixtures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite-wide isolation (tests/conftest.py) is per test; module fixtures here open
+    leases before it applies, so they get the same: no CREATEOS_* setting of the developer's,
+    and a lease journal of their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith("CREATEOS_") and name != "CREATEOS_SOAK":
+                patch.delenv(name)
+        patch.setenv("CREATEOS_SYNC_STATE_DIR", str(tmp_path_factory.mktemp("module-state")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Emulator]:
     """Sandboxes run at once (no status polls), no rate limit, the suite's own key."""

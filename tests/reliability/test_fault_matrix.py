@@ -19,12 +19,12 @@ in depth live in tests/integration/test_faults.py; this is the systematic grid.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +140,6 @@ def make_fault(operation: str, kind: str) -> Fault:
 def expected_output() -> tuple[str, str]:
     out, err = mixed_output(LINES)
     return out.decode(), err.decode()
-
-
-@pytest.fixture(scope="module")
-def polling_emulator() -> Iterator[Emulator]:
-    """Sandboxes answer 'creating' at first, so that opening a lease polls its status."""
-    with Emulator(rate_limit=None, transition_delay=0.5, api_key=KEY) as emu:
-        yield emu
 
 
 @attrs.define
@@ -304,20 +297,17 @@ WORKLOADS: dict[str, Callable[[Cell], None]] = {
 # --- the grid ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def emulator_for(
-    operation: str, kind: str, shared: Emulator, polling: Emulator
-) -> Iterator[Emulator]:
-    """The shared emulator, or a fresh one where a request could be logged after the cell:
-    an answer delayed past the deadline, or a sandbox creation (its path names no sandbox,
-    so it cannot be told apart from another cell's)."""
-    if operation == "sandbox.get":
-        yield polling
-    elif kind == "slow" or operation == "sandbox.create":
-        with Emulator(rate_limit=None, transition_delay=0, api_key=KEY) as emu:
-            yield emu
-    else:
-        yield shared
+@attrs.define
+class Report:
+    """What one cell did, collected while the grid ran, judged by ``test_fault_matrix``."""
+
+    cell: Cell
+    caught: BaseException | None  # the CreateosError the workload ended with, if any
+    failure: BaseException | None  # anything else: a failed check inside the workload
+    leaked: list[str]
+    live_processes: list[Any]
+    creation_statuses: list[int | None]
+    first_status: int | None
 
 
 def records(emu: Emulator, operation: str, sandbox_ids: set[str]) -> list[int | None]:
@@ -330,84 +320,146 @@ def records(emu: Emulator, operation: str, sandbox_ids: set[str]) -> list[int | 
     ]
 
 
-@pytest.mark.parametrize("kind", FAULTS)
-@pytest.mark.parametrize("operation", OPERATIONS)
-def test_fault_matrix(
-    operation: str,
-    kind: str,
-    emulator: Emulator,
-    polling_emulator: Emulator,
-    expected_output: tuple[str, str],
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-    ledger: Ledger,
-) -> None:
-    caplog.set_level(logging.DEBUG)
-    expected = EXPECTED[operation][kind]
-    nap = Nap()
-    with emulator_for(operation, kind, emulator, polling_emulator) as emu:
-        emu.faults.clear()
-        emu.clear_request_log()
-        before = set(emu.live_sandboxes())
+def run_cell(operation: str, kind: str, tmp: Path, expected_output: tuple[str, str]) -> Report:
+    """One cell on an emulator of its own (so that cells can run side by side)."""
+    start_delay = 0.5 if operation == "sandbox.get" else 0.0  # 'creating' first: polls
+    with Emulator(rate_limit=None, transition_delay=start_delay, api_key=KEY) as emu:
+        nap = Nap()
         client = emu.client(requests_per_minute=FAST, sleep=nap, timeout=20)
-        cell = Cell(operation, kind, emu, client, nap, tmp_path, expected_output)
+        cell = Cell(operation, kind, emu, client, nap, tmp, expected_output)
         caught: BaseException | None = None
+        failure: BaseException | None = None
         try:
             WORKLOADS[operation](cell)
         except cs.CreateosError as exc:
             caught = exc
+        except BaseException as exc:
+            failure = exc
         finally:
             emu.faults.clear()
             client.close()
-        new = set(emu.live_sandboxes()) - before
-        cell.sandbox_ids |= new | _named_sandboxes(caught)
-
-        # 1. Containment: what is left alive is exactly what a cleanup error named.
-        named_alive = _named_alive(caught)
-        leaked = check_no_leaks(emu, before, allowed=named_alive)
-        assert leaked == []
-        assert emu.live_processes() == []
-
-        # 2. The outcome, as written down in EXPECTED.
-        assert _outcome(cell, caught) == expected, _describe(caught)
-        if expected in ("poisoned", "destroy-failed"):
-            assert cs.is_cleanup_error(caught)
-        else:
-            assert not cs.is_cleanup_error(caught)
-        if expected == "destroy-failed":
-            assert isinstance(caught, cs.CreateosCleanupError)
-            assert caught.sandbox_destroyed is False
-            assert caught.sandbox_id in cell.sandbox_ids
-            journaled = {e.sandbox_id for e in Journal().entries()}
-            assert caught.sandbox_id in journaled  # `createos-sync reap` can find it
-        else:
-            assert Journal().entries() == []
-        if expected == "served":
-            assert cell.served == malformed_body(operation)
-
-        # 3. Creations are sent once; only a 429 (refused before any effect) is resent.
+        cell.sandbox_ids |= set(emu.live_sandboxes()) | _named_sandboxes(caught)
+        cell.texts.append(repr(client))
+        live = emu.live_processes()
+        leaked = check_no_leaks(emu, set(), allowed=_named_alive(caught))
         if kind == "slow" and operation in ("sandbox.create", "process.create"):
+            # The late answer is logged when it is finally sent: count it too.
             wait_until(lambda: records(emu, operation, cell.sandbox_ids), what="the late answer")
-        creations = {"sandbox.create": 1, "process.create": 1}
-        if operation in creations:
-            statuses = records(emu, operation, cell.sandbox_ids)
-            assert len([s for s in statuses if s != 429]) == creations[operation], statuses
-        if kind == "429":
-            assert 1.0 in nap.waits  # Retry-After honoured (and no longer)
-            assert records(emu, operation, cell.sandbox_ids)[:1] == [429]
+        statuses = records(emu, operation, cell.sandbox_ids)
+        return Report(cell, caught, failure, leaked, live, statuses, (statuses or [None])[0])
 
-        # 4. Secrets: the key, bodies and query strings never reach what users see.
-        texts = cell.texts + exception_texts(caught) + record_texts(caplog.records)
-        texts.append(repr(client))
-        assert_no_secrets(texts, SECRETS)
-        assert_no_secrets(record_texts(caplog.records, ours=False), (KEY, MARKER))
 
-    ledger.add(
-        scenarios=1,
-        runs=cell.runs,
-        leases=1,
-        bytes_checked=cell.verified_bytes,
-    )
+class Recorder(logging.Handler):
+    """Keeps every log record of every thread while the grid runs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@attrs.define
+class Grid:
+    reports: dict[tuple[str, str], Report]
+    records: list[logging.LogRecord]
+    journal: list[Any]
+
+
+@pytest.fixture(scope="module")
+def grid(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    expected_output: tuple[str, str],
+) -> Grid:
+    """Run every selected cell: those slowed past a deadline side by side first (they mostly
+    wait), then the others four at a time. Each has its own emulator, so a cell can neither
+    take another's fault nor see its requests."""
+    wanted = [
+        (item.callspec.params["operation"], item.callspec.params["kind"])
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_fault_matrix"
+    ]
+    recorder = Recorder()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(recorder)
+    root.setLevel(logging.DEBUG)
+    reports: dict[tuple[str, str], Report] = {}
+
+    def run(key: tuple[str, str]) -> Report:
+        return run_cell(*key, tmp_path_factory.mktemp("-".join(key)), expected_output)
+
+    try:
+        slow = [key for key in wanted if key[1] == "slow"]
+        for batch, workers in ((slow, len(slow)), ([k for k in wanted if k not in slow], 4)):
+            if batch:
+                with ThreadPoolExecutor(workers) as pool:
+                    reports.update(zip(batch, pool.map(run, batch), strict=True))
+    finally:
+        root.removeHandler(recorder)
+        root.setLevel(level)
+    return Grid(reports, recorder.records, Journal().entries())
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_fault_matrix(operation: str, kind: str, grid: Grid, ledger: Ledger) -> None:
+    report = grid.reports[(operation, kind)]
+    cell, caught = report.cell, report.caught
+    if report.failure is not None:
+        raise report.failure
+    expected = EXPECTED[operation][kind]
+
+    # 1. Containment: what is left alive is exactly what a cleanup error named.
+    assert report.leaked == []
+    assert report.live_processes == []
+
+    # 2. The outcome, as written down in EXPECTED.
+    assert _outcome(cell, caught) == expected, _describe(caught)
+    assert cs.is_cleanup_error(caught) == (expected in ("poisoned", "destroy-failed"))
+    if expected == "destroy-failed":
+        assert isinstance(caught, cs.CreateosCleanupError)
+        assert caught.sandbox_destroyed is False
+        assert caught.sandbox_id in cell.sandbox_ids
+    if expected == "served":
+        assert cell.served == malformed_body(operation)
+
+    # 3. Creations are sent once; only a 429 (refused before any effect) is resent.
+    if operation in ("sandbox.create", "process.create"):
+        sent = [s for s in report.creation_statuses if s != 429]
+        assert len(sent) == 1, report.creation_statuses
+    if kind == "429":
+        assert 1.0 in cell.nap.waits  # Retry-After honoured
+        assert report.first_status == 429
+
+    ledger.add(scenarios=1, runs=cell.runs, leases=1, bytes_checked=cell.verified_bytes)
+
+
+def test_only_unconfirmed_destroys_stay_in_the_lease_journal(grid: Grid) -> None:
+    """What could not be confirmed destroyed is journaled, so `createos-sync reap` finds it;
+    everything else was forgotten once destroyed (or never created)."""
+    unconfirmed = {
+        r.caught.sandbox_id
+        for r in grid.reports.values()
+        if isinstance(r.caught, cs.CreateosCleanupError) and r.caught.sandbox_destroyed is False
+    }
+    assert {e.sandbox_id for e in grid.journal} == unconfirmed
+    expected = sum(EXPECTED[op][kind] == "destroy-failed" for op, kind in grid.reports)
+    assert len(unconfirmed) == expected
+
+
+def test_no_secret_reaches_a_message_repr_note_or_log_record_of_the_matrix(grid: Grid) -> None:
+    """The key, error and malformed bodies and query strings appear nowhere a user looks:
+    exception messages and notes, tracebacks as printed, reprs, and every log record
+    (DEBUG included) of every cell."""
+    texts = record_texts(grid.records)
+    for report in grid.reports.values():
+        texts += report.cell.texts + exception_texts(report.caught)
+    assert_no_secrets(texts, SECRETS)
+    assert_no_secrets(record_texts(grid.records, ours=False), (KEY, MARKER))
+    assert len(grid.records) > 10 * len(grid.reports)  # the records really were collected
 
 
 def _named_sandboxes(exc: BaseException | None) -> set[str]:

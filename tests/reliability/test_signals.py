@@ -1,0 +1,305 @@
+"""Signals and interpreter exit, in real subprocesses, at the moments not tested elsewhere.
+
+Already covered, and not repeated here: Ctrl-C (SIGINT) during ``run()`` and a
+second Ctrl-C during its cleanup (tests/integration/test_lifecycle.py); the
+CLI under SIGINT, SIGTERM and SIGHUP while its command runs, and under nohup
+(tests/integration/test_cli.py); SIGKILL of a script, then ``reap``
+(tests/integration/test_reap.py). Here:
+
+- a script that ends (normally, by ``sys.exit``, by an uncaught exception)
+  with its lease still open: the exit hook closes it;
+- SIGINT while a lease opens (the sandbox still starting), while its
+  creation request waits for an answer, while ``Process.wait()`` blocks,
+  and while a download streams;
+- the CLI under SIGTERM and SIGHUP while the sandbox starts, during an
+  upload and during a download;
+- SIGTERM to a plain script, which Python does not turn into an exception:
+  nothing runs, the sandbox is left, and ``ls`` / ``reap`` recover it.
+
+Every scenario checks on the emulator that the processes and the sandbox are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from createos_sync._journal import Journal
+from createos_sync.emulator import Emulator, Fault
+
+from ..integration.helpers import FAST, operations, processes_of
+from ..integration.subprocesses import (
+    CLI,
+    emulator_env,
+    finish,
+    read_until,
+    spawn,
+    wait_until,
+)
+from .conftest import KEY
+
+PYTHON = sys.executable
+STALL = 600.0  # an answer that never comes within a test
+
+
+@contextlib.contextmanager
+def emulator(**options: Any) -> Iterator[Emulator]:
+    """An emulator of the scenario's own (its stalled answers outlive the scenario)."""
+    options.setdefault("rate_limit", None)
+    with Emulator(api_key=KEY, **options) as emu:
+        yield emu
+
+
+def gone(emu: Emulator, sandbox_ids: set[str]) -> None:
+    """Neither the sandboxes nor any of their processes are left on ``emu``."""
+    assert not sandbox_ids & set(emu.live_sandboxes()), sandbox_ids
+    for sandbox_id in sandbox_ids:
+        assert processes_of(emu, sandbox_id) == []
+
+
+def new_sandbox(emu: Emulator, before: set[str]) -> str:
+    """The one sandbox created on ``emu`` since ``before``, once it exists."""
+    wait_until(lambda: set(emu.live_sandboxes()) - before, "a sandbox to be created")
+    (sandbox_id,) = set(emu.live_sandboxes()) - before
+    return sandbox_id
+
+
+# --- the exit hook -------------------------------------------------------------------------
+
+FORGETFUL = """
+import sys
+import createos_sync as cs
+box = cs.lease(on_exit={on_exit!r}).open()
+box.start("sleep 1000")
+assert box.run("echo ran").stdout == "ran\\n"
+print(box.id, flush=True)
+{ending}
+"""
+ENDINGS = {
+    "end of script": ("destroy", "", 0),
+    "sys.exit(3)": ("destroy", "sys.exit(3)", 3),
+    "uncaught exception": ("destroy", "raise RuntimeError('bye')", 1),
+    "keep": ("keep", "", 0),
+}
+
+
+def test_the_exit_hook_closes_leases_a_script_left_open(tmp_path: Path) -> None:
+    with emulator(transition_delay=0) as emu:
+        env = emulator_env(emu)
+        procs = {
+            name: spawn([PYTHON, "-c", FORGETFUL.format(on_exit=on_exit, ending=ending)], env)
+            for name, (on_exit, ending, _) in ENDINGS.items()
+        }
+        ids = {name: read_until(proc, b"\n").decode().strip() for name, proc in procs.items()}
+        for name, proc in procs.items():
+            status, _, err = finish(proc)
+            assert status == ENDINGS[name][2], err
+            assert "still open at interpreter exit: closing it" in err
+
+        destroyed = {ids[n] for n in ENDINGS if n != "keep"}
+        gone(emu, destroyed)
+        for sandbox_id in destroyed:  # terminated, then destroyed
+            assert operations(emu, sandbox_id)[-2:] == [
+                ("process.delete", 200),
+                ("sandbox.delete", 200),
+            ]
+        # Kept, as asked: its processes are terminated all the same.
+        assert ids["keep"] in emu.live_sandboxes()
+        assert processes_of(emu, ids["keep"]) == []
+        assert Journal().entries() == []
+        with emu.client(requests_per_minute=FAST) as client:
+            client.destroy(ids["keep"])
+
+
+# --- SIGINT in a user's script -------------------------------------------------------------
+
+OPENS = """
+import createos_sync as cs
+print("opening", flush=True)
+cs.lease().open()
+"""
+WAITS = """
+import createos_sync as cs
+with cs.lease() as box:
+    print(box.id, flush=True)
+    process = box.start("echo started; exec sleep 1000", echo=True)
+    process.wait()
+"""
+DOWNLOADS = """
+import sys
+import createos_sync as cs
+with cs.lease() as box:
+    box.write_file("/workspace/big", b"x" * 1_000_000)
+    print(box.id, flush=True)
+    box.download("/workspace/big", sys.argv[1])
+"""
+
+
+def interrupted(status: int, err: str) -> None:
+    assert status in (-signal.SIGINT, 128 + signal.SIGINT, 1), err
+    assert "KeyboardInterrupt" in err
+
+
+def test_sigint_while_the_sandbox_starts_destroys_it() -> None:
+    with emulator(transition_delay=STALL) as emu:
+        proc = spawn([PYTHON, "-c", OPENS], emulator_env(emu))
+        read_until(proc, b"opening\n")
+        sandbox_id = new_sandbox(emu, set())
+        wait_until(lambda: ("sandbox.get", 200) in operations(emu, sandbox_id), "a status poll")
+
+        proc.send_signal(signal.SIGINT)
+        status, _, err = finish(proc)
+
+        interrupted(status, err)
+        gone(emu, {sandbox_id})
+        assert operations(emu, sandbox_id)[-1] == ("sandbox.delete", 200)
+        assert Journal().entries() == []
+
+
+def test_sigint_while_the_creation_answer_is_awaited_finds_and_destroys_the_sandbox() -> None:
+    with emulator(transition_delay=0) as emu:
+        # The sandbox is created at once; the answer never comes.
+        emu.faults.add(Fault("sandbox.create", delay=STALL))
+        proc = spawn([PYTHON, "-c", OPENS], emulator_env(emu))
+        sandbox_id = new_sandbox(emu, set())
+
+        proc.send_signal(signal.SIGINT)
+        status, _, err = finish(proc)
+
+        interrupted(status, err)
+        gone(emu, {sandbox_id})  # looked up by its unique name, destroyed
+        assert ("sandbox.list", 200) in operations(emu)
+        assert Journal().entries() == []
+
+
+def test_sigint_during_process_wait_terminates_it_and_destroys_the_sandbox() -> None:
+    with emulator(transition_delay=0) as emu:
+        proc = spawn([PYTHON, "-c", WAITS], emulator_env(emu))
+        sandbox_id = read_until(proc, b"\n").decode().strip()
+        read_until(proc, b"started\n")  # running: SIGTERM cannot race its start-up
+        assert len(processes_of(emu, sandbox_id)) == 1
+
+        proc.send_signal(signal.SIGINT)
+        status, _, err = finish(proc)
+
+        interrupted(status, err)
+        gone(emu, {sandbox_id})
+        assert operations(emu, sandbox_id)[-2:] == [
+            ("process.delete", 200),
+            ("sandbox.delete", 200),
+        ]
+
+
+def test_sigint_during_a_download_leaves_no_partial_file(tmp_path: Path) -> None:
+    with emulator(transition_delay=0) as emu:
+        emu.faults.add(Fault("file.read", delay=STALL))  # the file opens; its answer stalls
+        target = tmp_path / "big"
+        proc = spawn([PYTHON, "-c", DOWNLOADS, str(target)], emulator_env(emu))
+        sandbox_id = read_until(proc, b"\n").decode().strip()
+        wait_until(lambda: not emu.faults.pending(), "the download request")
+
+        proc.send_signal(signal.SIGINT)
+        status, _, err = finish(proc)
+
+        interrupted(status, err)
+        gone(emu, {sandbox_id})
+        assert os.listdir(tmp_path) == []  # no target, no temporary file beside it
+
+
+# --- the CLI outside its command -------------------------------------------------------------
+
+
+def test_cli_sigterm_and_sighup_before_and_around_the_command(tmp_path: Path) -> None:
+    upload = tmp_path / "up.bin"
+    upload.write_bytes(os.urandom(1 << 20))
+    download = tmp_path / "down" / "out.bin"
+    download.parent.mkdir()
+    with (
+        emulator(transition_delay=STALL) as starting,
+        emulator(transition_delay=0) as writing,
+        emulator(transition_delay=0) as reading,
+    ):
+        writing.faults.add(Fault("file.write", delay=STALL))
+        reading.faults.add(Fault("file.read", delay=STALL))
+        while_starting = spawn([*CLI, "run", "--", "true"], emulator_env(starting))
+        while_uploading = spawn(
+            [*CLI, "run", "--upload", f"{upload}:/workspace/up.bin", "--", "true"],
+            emulator_env(writing),
+        )
+        while_downloading = spawn(
+            [*CLI, "run", "--download", f"/workspace/out.bin:{download}", "--",
+             "head -c 100000 /dev/zero > out.bin"],  # relative: /workspace needs bubblewrap
+            emulator_env(reading),
+        )  # fmt: skip
+        cases = [
+            (while_starting, starting, signal.SIGTERM),
+            (while_uploading, writing, signal.SIGHUP),
+            (while_downloading, reading, signal.SIGTERM),
+        ]
+        sandbox_ids = {emu: new_sandbox(emu, set()) for _, emu, _ in cases}
+        wait_until(
+            lambda: ("sandbox.get", 200) in operations(starting, sandbox_ids[starting]),
+            "a status poll",
+        )
+        wait_until(lambda: not writing.faults.pending(), "the upload")
+        wait_until(lambda: not reading.faults.pending(), "the download")
+
+        for proc, _, signum in cases:
+            proc.send_signal(signum)
+        for proc, emu, signum in cases:
+            status, _, err = finish(proc)
+            assert status == 128 + signum, err
+            assert f"interrupted: {signal.Signals(signum).name}" in err
+            assert "Traceback" not in err
+            gone(emu, {sandbox_ids[emu]})
+        assert os.listdir(download.parent) == []
+        assert Journal().entries() == []
+
+
+# --- what cannot be saved, and how it is recovered --------------------------------------------
+
+KILLERS = (signal.SIGTERM, signal.SIGKILL)
+SLEEPS = """
+import time
+import createos_sync as cs
+box = cs.lease().open()
+box.start("sleep 1000")
+print(box.id, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_scripts_killed_without_cleanup_are_found_by_ls_and_reaped() -> None:
+    with emulator(transition_delay=0) as emu:
+        env = emulator_env(emu)
+        procs = {signum: spawn([PYTHON, "-c", SLEEPS], env) for signum in KILLERS}
+        ids = {signum: read_until(p, b"\n").decode().strip() for signum, p in procs.items()}
+
+        for signum, proc in procs.items():
+            proc.send_signal(signum)
+            status, _, _ = finish(proc)
+            # Python has no handler for SIGTERM: it ends as abruptly as under SIGKILL.
+            assert status == -signum
+        for sandbox_id in ids.values():
+            assert sandbox_id in emu.live_sandboxes()  # nothing could run
+            assert len(processes_of(emu, sandbox_id)) == 1
+        assert {e.sandbox_id for e in Journal().entries()} == set(ids.values())
+
+        status, out, err = finish(spawn([*CLI, "ls"], env))
+        assert status == 0, err
+        for sandbox_id in ids.values():
+            (row,) = [line for line in out.splitlines() if line.startswith(sandbox_id)]
+            assert row.endswith("orphaned: see `createos-sync reap`")
+
+        status, out, err = finish(spawn([*CLI, "reap"], env))
+        assert status == 0, err
+        assert sorted(line.split()[1].rstrip(":") for line in out.splitlines()) == sorted(
+            ids.values()
+        )
+        gone(emu, set(ids.values()))
+        assert Journal().entries() == []
