@@ -114,9 +114,9 @@ class SandboxApi:
         except (NotADirectoryError, IsADirectoryError, FileExistsError):
             raise ApiError(400, "a parent of the path is not a directory") from None
         except OSError as exc:
-            if exc.errno != errno.ENAMETOOLONG:
+            if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
                 raise
-            raise ApiError(400, "the path is too long") from None
+            raise ApiError(400, "the path is too long, or leads through a symlink loop") from None
         return success({"path": path, "size": size})
 
     def file_read(self, request: Request, sandbox_id: str) -> Response:
