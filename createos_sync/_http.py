@@ -228,6 +228,7 @@ class Transport:
         if body is not None:  # raw bodies are file contents (PROTOCOL.md, Files)
             headers["Content-Type"] = "application/octet-stream"
         started = time.monotonic()
+        lost = None
         try:
             response = self._session.request(
                 method,
@@ -242,7 +243,11 @@ class Transport:
             )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", method, path, type(exc).__name__)
-            raise _lost_answer(exc, operation, repeat) from None
+            lost = _lost_answer(exc, operation, repeat)
+        if lost is not None:
+            # Raised outside the handler: the requests exception, whose message names the
+            # URL with its query string, must not stay reachable as __context__.
+            raise lost
         log.debug(
             "%s %s -> %d in %.0f ms",
             method,
