@@ -172,6 +172,13 @@ def check_no_leaks(emulator: Emulator, before: set[str], allowed: Iterable[str] 
     return leaked
 
 
+def same_digest(got: str, want: str, what: str) -> None:
+    """Assert two SHA-256 digests match; a mismatch is counted as output lost or duplicated."""
+    if got != want:
+        LEDGER.add(lost=1)
+    assert got == want, f"{what}: the bytes differ from what was sent"
+
+
 # --- secrets -----------------------------------------------------------------------
 
 

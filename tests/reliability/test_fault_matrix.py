@@ -53,6 +53,7 @@ from .conftest import (
     check_no_leaks,
     exception_texts,
     record_texts,
+    same_digest,
     with_cleanup_timeout,
 )
 
@@ -189,10 +190,10 @@ class Cell:
         if result.ok:
             out, err = self.expected_output
             # Whole and once, in the capture and in the live callback alike.
-            assert sha256(result.stdout) == sha256(out)
-            assert sha256(result.stderr) == sha256(err)
-            assert hasher.digest("stdout") == sha256(out)
-            assert hasher.digest("stderr") == sha256(err)
+            same_digest(sha256(result.stdout), sha256(out), "captured stdout")
+            same_digest(sha256(result.stderr), sha256(err), "captured stderr")
+            same_digest(hasher.digest("stdout"), sha256(out), "live stdout")
+            same_digest(hasher.digest("stderr"), sha256(err), "live stderr")
             self.verified_bytes += len(out.encode()) + len(err.encode())
         return result
 
@@ -255,8 +256,8 @@ def upload_workload(cell: Cell) -> None:
         cell.emu.faults.clear()
         assert box.id is not None
         stored = cell.emu.sandbox_path(box.id, REMOTE).read_bytes()
-        assert sha256(stored) == sha256(BLOB)
-        assert sha256(box.read_file(REMOTE)) == sha256(BLOB)
+        same_digest(sha256(stored), sha256(BLOB), "the uploaded file as stored")
+        same_digest(sha256(box.read_file(REMOTE)), sha256(BLOB), "the uploaded file read back")
         cell.verified_bytes += 2 * len(BLOB)
 
 
@@ -277,7 +278,7 @@ def download_workload(cell: Cell) -> None:
     if cell.kind == "malformed":
         cell.served = data
         return
-    assert sha256(data) == sha256(BLOB)
+    same_digest(sha256(data), sha256(BLOB), "the downloaded file")
     cell.verified_bytes += len(BLOB)
 
 

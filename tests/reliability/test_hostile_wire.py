@@ -175,7 +175,7 @@ connections = st.builds(
 # --- within the protocol: exact delivery --------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(frames=journals(), plans=st.lists(connections, max_size=4))
 def test_any_framing_drops_and_replays_deliver_every_byte_once(
     frames: list[Frame], plans: list[Connection]
@@ -367,7 +367,7 @@ def check_decoded(body: bytes, document: Any) -> None:
         assert data == (document.get("data") if valid else None)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(envelopes)
 def test_every_wrong_envelope_is_a_protocol_error(document: Any) -> None:
     check_decoded(json.dumps(document).encode(), document)
@@ -413,7 +413,7 @@ def hostile_client() -> Iterator[cs.Client]:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(document=envelopes)
 def test_reads_answered_with_any_envelope_return_or_raise_protocol_error(

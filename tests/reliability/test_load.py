@@ -12,12 +12,13 @@ faults mixed in; it only runs when asked for (``-m soak``, see RELIABILITY.md).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +31,8 @@ from createos_sync._pacer import Pacer
 from createos_sync.emulator import Emulator, Fault
 from createos_sync.emulator._ratelimit import RateLimiter
 
-from .conftest import KEY, Ledger, check_no_leaks
+from ..integration.helpers import sha256
+from .conftest import KEY, LEDGER, Ledger, check_no_leaks, same_digest
 
 SCALE = 20.0  # a rate-limit minute lasts 3 s of wall time
 LIMIT = 60  # requests per (scaled) minute, for the emulator and the client alike
@@ -75,6 +77,17 @@ def paced_client(emu: Emulator, limit: int, time_: ScaledTime) -> cs.Client:
     return client
 
 
+@contextlib.contextmanager
+def surfaced_429s() -> Iterator[None]:
+    """Count a 429 that reaches a caller (it fails the test all the same)."""
+    try:
+        yield
+    except cs.CreateosApiError as exc:
+        if exc.status == 429:
+            LEDGER.add(surfaced_429=1)
+        raise
+
+
 def expected(tag: str) -> tuple[str, str]:
     lines = [f"{tag} {i} \u00e9\u20ac" for i in range(200)]
     return "".join(f"{line}\n" for line in lines), f"{tag} done\n"
@@ -94,7 +107,9 @@ def lease_work(client: cs.Client, index: int, ledger: Ledger) -> int:
             for run in range(RUNS_PER_THREAD):
                 tag = f"L{index}T{thread}R{run}"
                 result = box.run(script(tag), check=True)
-                assert (result.stdout, result.stderr) == expected(tag)
+                want = expected(tag)
+                same_digest(sha256(result.stdout), sha256(want[0]), f"stdout of {tag}")
+                same_digest(sha256(result.stderr), sha256(want[1]), f"stderr of {tag}")
                 done += len(result.stdout.encode()) + len(result.stderr.encode())
             return done
 
@@ -102,7 +117,7 @@ def lease_work(client: cs.Client, index: int, ledger: Ledger) -> int:
             checked += sum(pool.map(runs, range(THREADS_PER_LEASE)))
         blob = hashlib.sha256(str(index).encode()).digest() * 4096
         box.write_file(f"/workspace/blob{index}", blob)
-        assert box.read_file(f"/workspace/blob{index}") == blob
+        same_digest(sha256(box.read_file(f"/workspace/blob{index}")), sha256(blob), "a file")
         checked += 2 * len(blob)
     ledger.add(leases=1, runs=THREADS_PER_LEASE * RUNS_PER_THREAD)
     return checked
@@ -111,7 +126,7 @@ def lease_work(client: cs.Client, index: int, ledger: Ledger) -> int:
 def test_concurrent_leases_stay_under_the_rate_limit_and_lose_nothing(ledger: Ledger) -> None:
     scaled = ScaledTime(SCALE)
     with LimitedEmulator(LIMIT, scaled.clock) as emu, paced_client(emu, LIMIT, scaled) as client:
-        with ThreadPoolExecutor(LEASES) as pool:
+        with ThreadPoolExecutor(LEASES) as pool, surfaced_429s():
             checked = sum(pool.map(lambda i: lease_work(client, i, ledger), range(LEASES)))
 
         log = emu.request_log
@@ -179,10 +194,12 @@ def test_soak(ledger: Ledger) -> None:
                                 totals["scripted_429"] += fault.status == 429
                         tag = f"S{seed}-{rng.getrandbits(32):x}"
                         result = box.run(script(tag), check=True)
-                        assert (result.stdout, result.stderr) == expected(tag)
+                        want = expected(tag)
+                        same_digest(sha256(result.stdout), sha256(want[0]), f"stdout of {tag}")
+                        same_digest(sha256(result.stderr), sha256(want[1]), f"stderr of {tag}")
                         blob = rng.randbytes(rng.randint(0, 300_000))
                         box.write_file(f"/tmp/{tag}", blob)
-                        assert box.read_file(f"/tmp/{tag}") == blob
+                        same_digest(sha256(box.read_file(f"/tmp/{tag}")), sha256(blob), "a file")
                         with lock:
                             totals["runs"] += 1
                             totals["bytes"] += len(result.stdout.encode())
@@ -191,7 +208,7 @@ def test_soak(ledger: Ledger) -> None:
                 with lock:
                     totals["leases"] += 1
 
-        with ThreadPoolExecutor(SOAK_WORKERS) as pool:
+        with ThreadPoolExecutor(SOAK_WORKERS) as pool, surfaced_429s():
             list(pool.map(worker, range(SOAK_WORKERS)))  # re-raises the first failure
         log = emu.request_log
         # A scripted 429 is answered only if its fault was taken before the end.

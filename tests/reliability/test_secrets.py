@@ -322,3 +322,30 @@ def test_admin_fault_bodies_are_never_logged_with_the_key(
     assert KEY not in repr(emu.request_log)
     assert_no_secrets(record_texts(caplog.records) + record_texts(caplog.records, ours=False),
                       (KEY,))  # fmt: skip
+
+
+def every_linked_exception(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every cause and context behind it, printed by Python or not."""
+    found: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or any(current is f for f in found):
+            continue
+        found.append(current)
+        pending += [current.__cause__, current.__context__]
+    return found
+
+
+def test_no_query_string_rides_along_in_a_hidden_exception_context() -> None:
+    """``raise ... from None`` hides the transport's exception from printed tracebacks, yet
+    inside an ``except`` block it stays reachable as ``__context__`` for any tool that walks
+    the chain, and a requests exception's message names the URL, query string included."""
+    with (
+        cs.Client(KEY, "http://127.0.0.1:9", sleep=lambda s: None, max_retries=0) as client,
+        pytest.raises(cs.CreateosApiError) as caught,
+    ):
+        client.sandboxes()  # nothing listens on port 9; the listing's query: limit, offset
+    assert caught.value.status is None
+    for linked in every_linked_exception(caught.value):
+        assert "offset=" not in str(linked) and KEY not in str(linked), repr(linked)

@@ -6,7 +6,7 @@ CLI under SIGINT, SIGTERM and SIGHUP while its command runs, and under nohup
 (tests/integration/test_cli.py); SIGKILL of a script, then ``reap``
 (tests/integration/test_reap.py). Here:
 
-- a script that ends (normally, by ``sys.exit``, by an uncaught exception)
+- a script that ends (normally, or by an uncaught exception)
   with its lease still open: the exit hook closes it;
 - SIGINT while a lease opens (the sandbox still starting), while its
   creation request waits for an answer, while ``Process.wait()`` blocks,
@@ -82,7 +82,6 @@ print(box.id, flush=True)
 """
 ENDINGS = {
     "end of script": ("destroy", "", 0),
-    "sys.exit(3)": ("destroy", "sys.exit(3)", 3),
     "uncaught exception": ("destroy", "raise RuntimeError('bye')", 1),
     "keep": ("keep", "", 0),
 }
@@ -145,70 +144,50 @@ def interrupted(status: int, err: str) -> None:
     assert "KeyboardInterrupt" in err
 
 
-def test_sigint_while_the_sandbox_starts_destroys_it() -> None:
-    with emulator(transition_delay=STALL) as emu:
-        proc = spawn([PYTHON, "-c", OPENS], emulator_env(emu))
-        read_until(proc, b"opening\n")
-        sandbox_id = new_sandbox(emu, set())
-        wait_until(lambda: ("sandbox.get", 200) in operations(emu, sandbox_id), "a status poll")
+def test_sigint_while_opening_waiting_or_downloading_cleans_up(tmp_path: Path) -> None:
+    """Four scripts, each on an emulator of its own, interrupted at once."""
+    target = tmp_path / "big"
+    with (
+        emulator(transition_delay=STALL) as starting,
+        emulator(transition_delay=0) as creating,
+        emulator(transition_delay=0) as waiting,
+        emulator(transition_delay=0) as reading,
+    ):
+        # The sandbox is created at once, its answer never comes; the file opens, its
+        # answer never comes either.
+        creating.faults.add(Fault("sandbox.create", delay=STALL))
+        reading.faults.add(Fault("file.read", delay=STALL))
+        procs = {
+            starting: spawn([PYTHON, "-c", OPENS], emulator_env(starting)),
+            creating: spawn([PYTHON, "-c", OPENS], emulator_env(creating)),
+            waiting: spawn([PYTHON, "-c", WAITS], emulator_env(waiting)),
+            reading: spawn([PYTHON, "-c", DOWNLOADS, str(target)], emulator_env(reading)),
+        }
+        ids = {emu: new_sandbox(emu, set()) for emu in procs}
+        wait_until(lambda: ("sandbox.get", 200) in operations(starting, ids[starting]), "a poll")
+        read_until(procs[waiting], b"started\n")  # running: SIGTERM cannot race its start-up
+        wait_until(lambda: not reading.faults.pending(), "the download request")
 
-        proc.send_signal(signal.SIGINT)
-        status, _, err = finish(proc)
+        for proc in procs.values():
+            proc.send_signal(signal.SIGINT)
+        for emu, proc in procs.items():
+            status, _, err = finish(proc)
+            interrupted(status, err)
+            gone(emu, {ids[emu]})
 
-        interrupted(status, err)
-        gone(emu, {sandbox_id})
-        assert operations(emu, sandbox_id)[-1] == ("sandbox.delete", 200)
-        assert Journal().entries() == []
-
-
-def test_sigint_while_the_creation_answer_is_awaited_finds_and_destroys_the_sandbox() -> None:
-    with emulator(transition_delay=0) as emu:
-        # The sandbox is created at once; the answer never comes.
-        emu.faults.add(Fault("sandbox.create", delay=STALL))
-        proc = spawn([PYTHON, "-c", OPENS], emulator_env(emu))
-        sandbox_id = new_sandbox(emu, set())
-
-        proc.send_signal(signal.SIGINT)
-        status, _, err = finish(proc)
-
-        interrupted(status, err)
-        gone(emu, {sandbox_id})  # looked up by its unique name, destroyed
-        assert ("sandbox.list", 200) in operations(emu)
-        assert Journal().entries() == []
-
-
-def test_sigint_during_process_wait_terminates_it_and_destroys_the_sandbox() -> None:
-    with emulator(transition_delay=0) as emu:
-        proc = spawn([PYTHON, "-c", WAITS], emulator_env(emu))
-        sandbox_id = read_until(proc, b"\n").decode().strip()
-        read_until(proc, b"started\n")  # running: SIGTERM cannot race its start-up
-        assert len(processes_of(emu, sandbox_id)) == 1
-
-        proc.send_signal(signal.SIGINT)
-        status, _, err = finish(proc)
-
-        interrupted(status, err)
-        gone(emu, {sandbox_id})
-        assert operations(emu, sandbox_id)[-2:] == [
+        # While starting: polling stopped, the sandbox destroyed.
+        assert operations(starting, ids[starting])[-1] == ("sandbox.delete", 200)
+        # While the creation's answer was awaited: found by its unique name, destroyed.
+        assert ("sandbox.list", 200) in operations(creating)
+        assert operations(creating, ids[creating]) == [("sandbox.delete", 200)]
+        # During Process.wait(): the process terminated, then the sandbox destroyed.
+        assert operations(waiting, ids[waiting])[-2:] == [
             ("process.delete", 200),
             ("sandbox.delete", 200),
         ]
-
-
-def test_sigint_during_a_download_leaves_no_partial_file(tmp_path: Path) -> None:
-    with emulator(transition_delay=0) as emu:
-        emu.faults.add(Fault("file.read", delay=STALL))  # the file opens; its answer stalls
-        target = tmp_path / "big"
-        proc = spawn([PYTHON, "-c", DOWNLOADS, str(target)], emulator_env(emu))
-        sandbox_id = read_until(proc, b"\n").decode().strip()
-        wait_until(lambda: not emu.faults.pending(), "the download request")
-
-        proc.send_signal(signal.SIGINT)
-        status, _, err = finish(proc)
-
-        interrupted(status, err)
-        gone(emu, {sandbox_id})
-        assert os.listdir(tmp_path) == []  # no target, no temporary file beside it
+        # During a download: no target and no temporary file beside it.
+        assert os.listdir(tmp_path) == []
+        assert Journal().entries() == []
 
 
 # --- the CLI outside its command -------------------------------------------------------------
@@ -263,7 +242,7 @@ def test_cli_sigterm_and_sighup_before_and_around_the_command(tmp_path: Path) ->
 
 # --- what cannot be saved, and how it is recovered --------------------------------------------
 
-KILLERS = (signal.SIGTERM, signal.SIGKILL)
+KILLERS = (signal.SIGTERM,)  # SIGKILL and `reap`: tests/integration/test_reap.py
 SLEEPS = """
 import time
 import createos_sync as cs
@@ -274,7 +253,7 @@ time.sleep(1000)
 """
 
 
-def test_scripts_killed_without_cleanup_are_found_by_ls_and_reaped() -> None:
+def test_a_script_killed_by_sigterm_is_found_by_ls_and_reaped() -> None:
     with emulator(transition_delay=0) as emu:
         env = emulator_env(emu)
         procs = {signum: spawn([PYTHON, "-c", SLEEPS], env) for signum in KILLERS}
