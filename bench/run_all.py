@@ -38,7 +38,7 @@ def main() -> None:
         mb=10 if quick else 50,
         repeat=3 if quick else 7,
         with_callgrind=not quick,
-        callgrind_mb=12,
+        callgrind_mb=4,
         src=None,
     )
     mem = memory.measure([20, 100] if quick else [100, 1000])
