@@ -94,7 +94,7 @@ def parse_json_frame(line: bytes) -> Frame | None:
     """``parse_frame`` for any layout, through a JSON parser."""
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than the decoder recurses is junk too
         raise ProtocolError("an output stream line is not JSON") from None
     if not isinstance(obj, dict):
         raise ProtocolError("an output stream line is not a JSON object")

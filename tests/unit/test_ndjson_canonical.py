@@ -85,3 +85,8 @@ def test_corrupted_canonical_lines_get_the_json_answer(
     cut = min(where, len(line))
     corrupted = line[:cut] + junk + line[cut:]
     assert outcome(corrupted) == by_json(corrupted)
+
+
+def test_a_deeply_nested_line_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        parse_frame(b"[" * 100_000 + b"]" * 100_000)
