@@ -31,6 +31,12 @@ KEY = f"sk-reliability-{secrets.token_hex(12)}"
 SHORT = 1.0
 SLOW = 1.8
 NAP_CAP = 0.05
+# Property-based tests run ``examples(n)`` examples: n by default, more for a deep run.
+FUZZ_FACTOR = int(os.environ.get("CREATEOS_FUZZ_FACTOR", "1"))
+
+
+def examples(n: int) -> int:
+    return n * FUZZ_FACTOR
 
 
 class Nap:

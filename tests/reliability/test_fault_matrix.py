@@ -169,13 +169,18 @@ class Cell:
         self.emu.faults.add(make_fault(self.operation, self.kind))
 
     def lease(self, **options: Any) -> cs.Lease:
-        if self.slow and self.operation in ("sandbox.create", "sandbox.get"):
-            options["timeout"] = SHORT
-        if self.slow and self.operation.startswith("file."):
+        # Opening and file transfers take the lease's timeout as their deadline.
+        if self.slow and self.operation in ("sandbox.create", "sandbox.get", "file.write",
+                                            "file.read"):  # fmt: skip
             options["timeout"] = SHORT
         lease = self.client.lease(**options)
         self.texts.append(repr(lease))
         return lease
+
+    def shorten_cleanup(self) -> None:
+        """Deletes run under cleanup's own deadline: a slowed one must outlast it."""
+        if self.slow:
+            with_cleanup_timeout(self.client, SHORT)
 
     def opened(self, box: cs.Lease) -> None:
         assert box.id is not None
@@ -204,7 +209,7 @@ class Cell:
 def lease_workload(cell: Cell) -> None:
     """Open (create + status polls), run, close (destroy): faults on the sandbox."""
     if cell.operation == "sandbox.delete":
-        cell_client_cleanup(cell)
+        cell.shorten_cleanup()
     else:
         cell.inject()
     with cell.lease() as box:
@@ -212,11 +217,6 @@ def lease_workload(cell: Cell) -> None:
         assert cell.run_workload(box).ok
         if cell.operation == "sandbox.delete":
             cell.inject()
-
-
-def cell_client_cleanup(cell: Cell) -> None:
-    if cell.slow:
-        with_cleanup_timeout(cell.client, SHORT)
 
 
 def process_workload(cell: Cell) -> None:
@@ -234,7 +234,7 @@ def process_workload(cell: Cell) -> None:
 
 def terminate_workload(cell: Cell) -> None:
     """A background process still running at close: its termination is faulted."""
-    cell_client_cleanup(cell)
+    cell.shorten_cleanup()
     with cell.lease() as box:
         cell.opened(box)
         process = box.start(SLEEPER)

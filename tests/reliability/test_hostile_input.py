@@ -30,10 +30,10 @@ from createos_sync import _archive
 from createos_sync.emulator import Emulator, Fault
 
 from ..integration.helpers import FAST
-from .conftest import KEY, Ledger, Nap
+from .conftest import KEY, Ledger, Nap, examples
 
 REAL_PROCESSES = settings(
-    max_examples=15,
+    max_examples=examples(10),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -158,7 +158,7 @@ def planted(box: cs.Lease, storage_root: Path, isolated: None) -> Path:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -277,7 +277,7 @@ def tree(root: Path) -> set[str]:
     return {str(Path(d) / n) for d, ds, ns in os.walk(root) for n in ds + ns}
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries=entries)
 def test_an_archive_is_refused_whole_or_extracted_inside_its_target(
     tmp_path_factory: pytest.TempPathFactory, entries: list[tuple[str, str, str]]

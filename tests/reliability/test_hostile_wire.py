@@ -31,7 +31,7 @@ from createos_sync._http import decode_envelope
 from createos_sync._ndjson import MAX_LINE_BYTES, Exit
 from createos_sync.errors import CreateosApiError, Operation
 
-from .conftest import KEY
+from .conftest import KEY, examples
 
 # --- a fake output service ------------------------------------------------------------
 
@@ -175,7 +175,7 @@ connections = st.builds(
 # --- within the protocol: exact delivery --------------------------------------------
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(frames=journals(), plans=st.lists(connections, max_size=4))
 def test_any_framing_drops_and_replays_deliver_every_byte_once(
     frames: list[Frame], plans: list[Connection]
@@ -264,7 +264,7 @@ def defect(
 
 DEFECTS = ("gap", "swap", "base64", "not-json", "not-object", "bad-seq", "bad-stream",
            "empty-exit", "evicted", "error", "oversized", "huge-seq", "seq-twice",
-           "padding")  # fmt: skip
+           "padding", "deep")  # fmt: skip
 
 
 class DefectiveJournal(FakeJournal):
@@ -281,7 +281,7 @@ class DefectiveJournal(FakeJournal):
         return stream
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     frames=st.lists(payloads, min_size=2, max_size=8).map(
         lambda ps: [Frame(i + 1, "stdout", p) for i, p in enumerate(ps)]
@@ -361,13 +361,13 @@ def check_decoded(body: bytes, document: Any) -> None:
         assert data == (document.get("data") if valid else None)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(envelopes)
 def test_every_wrong_envelope_is_a_protocol_error(document: Any) -> None:
     check_decoded(json.dumps(document).encode(), document)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_are_a_protocol_error_or_a_valid_envelope(body: bytes) -> None:
     try:
@@ -407,7 +407,9 @@ def hostile_client() -> Iterator[cs.Client]:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(document=envelopes)
 def test_reads_answered_with_any_envelope_return_or_raise_protocol_error(
@@ -437,7 +439,9 @@ def test_reads_answered_with_any_envelope_return_or_raise_protocol_error(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(document=envelopes)
 def test_process_creation_answered_with_a_wrong_envelope_poisons_the_lease(

@@ -213,7 +213,8 @@ def test_soak(ledger: Ledger) -> None:
         log = emu.request_log
         # A scripted 429 is answered only if its fault was taken before the end.
         throttled = sum(r.status == 429 for r in log)
-        untaken = sum(f.status == 429 for f in emu.faults.pending())
+        pending = emu.faults.pending()
+        untaken = sum(f.status == 429 for f in pending)
         throttled_by_limit = throttled - (totals["scripted_429"] - untaken)
         emu.faults.clear()
         assert check_no_leaks(emu, set()) == []
@@ -225,6 +226,7 @@ def test_soak(ledger: Ledger) -> None:
     )
     print(
         f"\nsoak: {SOAK_SECONDS:g} s, {totals['leases']} leases, {totals['runs']} runs, "
-        f"{len(log)} requests, {totals['faults']} faults injected, "
+        f"{len(log)} requests, {totals['faults']} faults injected "
+        f"({totals['faults'] - len(pending)} of them met a request), "
         f"{throttled_by_limit} answers of 429 from the rate limit, {totals['bytes']} bytes checked"
     )
