@@ -117,19 +117,30 @@ def test_the_exit_hook_closes_leases_a_script_left_open(tmp_path: Path) -> None:
 
 # --- SIGINT in a user's script -------------------------------------------------------------
 
-OPENS = """
+# As in a terminal: a background job (`pytest &`, some CI runners) starts with SIGINT
+# ignored, and Python then leaves it ignored.
+INTERRUPTIBLE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+OPENS = (
+    INTERRUPTIBLE
+    + """
 import createos_sync as cs
 print("opening", flush=True)
 cs.lease().open()
 """
-WAITS = """
+)
+WAITS = (
+    INTERRUPTIBLE
+    + """
 import createos_sync as cs
 with cs.lease() as box:
     print(box.id, flush=True)
     process = box.start("echo started; exec sleep 1000", echo=True)
     process.wait()
 """
-DOWNLOADS = """
+)
+DOWNLOADS = (
+    INTERRUPTIBLE
+    + """
 import sys
 import createos_sync as cs
 with cs.lease() as box:
@@ -137,6 +148,7 @@ with cs.lease() as box:
     print(box.id, flush=True)
     box.download("/workspace/big", sys.argv[1])
 """
+)
 
 
 def interrupted(status: int, err: str) -> None:
