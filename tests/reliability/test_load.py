@@ -173,10 +173,11 @@ def test_soak(ledger: Ledger) -> None:
     """Leases open, run, transfer and close for SOAK_SECONDS on the real clock, at the
     service's real limit, while one recoverable fault after another is injected: every
     output and file must arrive whole, no 429 may surface, nothing may leak."""
-    with (
-        Emulator(rate_limit=SOAK_LIMIT, api_key=KEY) as emu,
-        emu.client(requests_per_minute=SOAK_LIMIT) as client,
-    ):
+    held = ScaledTime(1.0)  # the real clock; it records the pacer's waits
+    with Emulator(rate_limit=SOAK_LIMIT, api_key=KEY) as emu, emu.client() as client:
+        client.transport.close()
+        pacer = Pacer(SOAK_LIMIT, clock=held.clock, sleep=held.sleep)
+        client.transport = Transport(client.config, pacer=pacer)
         stop_at = time.monotonic() + SOAK_SECONDS
         totals = {"leases": 0, "runs": 0, "bytes": 0, "faults": 0, "scripted_429": 0}
         lock = threading.Lock()
@@ -228,5 +229,6 @@ def test_soak(ledger: Ledger) -> None:
         f"\nsoak: {SOAK_SECONDS:g} s, {totals['leases']} leases, {totals['runs']} runs, "
         f"{len(log)} requests, {totals['faults']} faults injected "
         f"({totals['faults'] - len(pending)} of them met a request), "
+        f"{len(held.slept)} waits of the pacer (up to {max(held.slept, default=0):.1f} s), "
         f"{throttled_by_limit} answers of 429 from the rate limit, {totals['bytes']} bytes checked"
     )
