@@ -1,4 +1,4 @@
-"""Fixtures of the reliability suite: instant clients, leak and secret checks, the ledger.
+"""Shared pieces of the reliability suite: instant sleeps, leak and secret checks, the ledger.
 
 The ledger counts what the suite proved (fault scenarios, runs, bytes compared
 by checksum, leaks and losses found) and prints it at the end of the run, so
@@ -131,7 +131,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [i for i in items if i not in soak]
 
 
-# --- emulators and clients -------------------------------------------------------
+# --- isolation and leaks ----------------------------------------------------------
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -147,34 +147,17 @@ def _isolated_for_wider_fixtures(tmp_path_factory: pytest.TempPathFactory) -> It
         yield
 
 
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[Emulator]:
-    """Sandboxes run at once (no status polls), no rate limit, the suite's own key."""
-    with Emulator(rate_limit=None, transition_delay=0, api_key=KEY) as emu:
-        yield emu
-
-
-@pytest.fixture
-def nap() -> Nap:
-    return Nap()
-
-
-@pytest.fixture
-def client(emulator: Emulator, nap: Nap) -> Iterator[cs.Client]:
-    with emulator.client(requests_per_minute=FAST, sleep=nap, timeout=20) as c:
-        yield c
-
-
 def check_no_leaks(emulator: Emulator, before: set[str], allowed: Iterable[str] = ()) -> list[str]:
-    """Destroy and return the sandboxes of ``emulator`` that appeared since ``before``
-    and are not in ``allowed``; processes must all be gone."""
+    """The sandboxes of ``emulator`` that appeared since ``before`` and are not in
+    ``allowed`` (a cleanup error named those); all are destroyed. Each leaked sandbox
+    and each process still running counts as a leak in the ledger."""
     allowed = set(allowed)
     left = set(emulator.live_sandboxes()) - before
     leaked = sorted(left - allowed)
+    LEDGER.add(leaks=len(leaked) + len(emulator.live_processes()))
     with emulator.client(requests_per_minute=FAST) as janitor:
         for sandbox_id in left:
             janitor.destroy(sandbox_id)
-    LEDGER.add(leaks=len(leaked) + len(emulator.live_processes()))
     return leaked
 
 

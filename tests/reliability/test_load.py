@@ -6,7 +6,7 @@ together, so that no caller ever sees a 429. For the pacer to have real work
 in a test of seconds, the emulator's rate limiter and the client's pacer
 share one clock that runs ``SCALE`` times faster than the wall clock (a real
 fake, given to both through their constructors): a minute of the limit lasts
-six seconds. ``test_soak`` does the same on the real clock for minutes, with
+three seconds. ``test_soak`` does the same on the real clock for minutes, with
 faults mixed in; it only runs when asked for (``-m soak``, see RELIABILITY.md).
 """
 
