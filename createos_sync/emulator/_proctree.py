@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +59,9 @@ def is_alive(pid: int, start_time: int) -> bool:
     """True if ``pid`` is still the process that started at ``start_time`` and not a zombie."""
     stat = read_stat(pid)
     return _running(stat) and stat is not None and stat.start_time == start_time
+
+# How long a signal waits for a new namespace's init to fork its command.
+FORK_WAIT = 2.0
 
 
 def send(pids: list[int], signum: int) -> None:
@@ -132,6 +136,20 @@ class NamespaceTree:
                 found.append(pid)
         return found
 
+    def _once_forked(self) -> list[int]:
+        """The namespace's processes once its init has forked the command.
+
+        Just after creation the init is still starting and alone; as an init
+        it drops every signal it has no handler for, so a signal sent then
+        would be lost. The command appears within milliseconds.
+        """
+        deadline = time.monotonic() + FORK_WAIT
+        targets = self._inside()
+        while targets == [self._init] and time.monotonic() < deadline:
+            time.sleep(0.005)
+            targets = self._inside()
+        return targets
+
     def members(self) -> list[int]:
         monitor = [self._monitor] if is_alive(self._monitor, self._monitor_start) else []
         return monitor + self._inside()
@@ -140,6 +158,8 @@ class NamespaceTree:
         # Never the monitor: killing it makes bubblewrap SIGKILL the namespace
         # (--die-with-parent), which would skip the command's own SIGTERM handling.
         targets = self._inside()
+        if signum != signal.SIGKILL and targets == [self._init]:
+            targets = self._once_forked()
         if signum == signal.SIGKILL and not targets:
             targets = self.members()
         send(targets, signum)

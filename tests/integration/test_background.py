@@ -128,3 +128,12 @@ def test_close_terminates_unfinished_processes(emulator: Emulator, client: cs.Cl
     for process in (lone, tree):
         result = process.wait(timeout=60)
         assert result.timed_out and result.exit_code is None
+
+
+def test_terminate_right_after_start_is_a_sigterm_not_a_kill_after_grace(box: cs.Lease) -> None:
+    # Sent at once, SIGTERM reaches the command even while its sandbox is still starting
+    # (a lost SIGTERM would mean waiting out the grace period, then SIGKILL).
+    for _ in range(3):
+        process = box.start("sleep 600")
+        process.terminate(grace=60)
+        assert process.wait(timeout=60).signal == "SIGTERM"
