@@ -9,10 +9,12 @@ then either a scripted fault or the real handler. The admin endpoints under
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import logging
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
@@ -74,6 +76,30 @@ class _Dropped(Response):
     """Marker response: the connection was cut instead of answered."""
 
 
+_map_lock = threading.Lock()
+
+
+@functools.cache
+def _route_map_unlocked() -> Map:
+    return Map(
+        [Rule(path, methods=[method], endpoint=op) for path, method, op in ROUTES],
+        strict_slashes=False,
+        merge_slashes=False,
+    )
+
+
+def _route_map() -> Map:
+    """The routes, compiled once per interpreter.
+
+    Werkzeug compiles each rule with ``ast``, and CPython 3.11's AST
+    conversion is not safe to run in several threads at once ("AST
+    constructor recursion depth mismatch"): emulators started side by side
+    in threads would break. The map is immutable once built, so one serves all.
+    """
+    with _map_lock:
+        return _route_map_unlocked()
+
+
 class App:
     """The emulator's WSGI callable."""
 
@@ -92,11 +118,7 @@ class App:
         self._faults = faults
         self._limiter = limiter
         self._requests = requests
-        self._map = Map(
-            [Rule(path, methods=[method], endpoint=op) for path, method, op in ROUTES],
-            strict_slashes=False,
-            merge_slashes=False,
-        )
+        self._map = _route_map()
         sandboxes = SandboxApi(store)
         processes = ProcessApi(store, heartbeat)
         self._delete_process = processes.delete

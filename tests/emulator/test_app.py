@@ -151,3 +151,18 @@ def test_start_then_close_without_context_manager() -> None:
         emu.close()
     with pytest.raises(requests.ConnectionError):
         requests.get(emu.url + "/healthz", timeout=10)
+
+
+def test_emulators_start_side_by_side_in_threads() -> None:
+    # Route compilation uses ast, which CPython 3.11 cannot run in threads at once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from createos_sync.emulator import Emulator
+
+    def start_one(_: int) -> str:
+        with Emulator(rate_limit=None, isolation="none") as emu:
+            return emu.url
+
+    with ThreadPoolExecutor(8) as pool:
+        urls = list(pool.map(start_one, range(16)))
+    assert len(set(urls)) == 16
