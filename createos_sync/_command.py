@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import re
-import secrets
 import shlex
 from collections.abc import Mapping, Sequence
 
@@ -43,11 +42,6 @@ RELEASE_LINE = b"\n"
 _MARKER = "# createos-sync"
 _EXEC_LINE = f"exec {SHELL} -lc "
 _ARGV_EXEC = "exec "
-
-
-def staged_stdin_path() -> str:
-    """(inferred) Where stdin is staged: a fresh name in the sandbox's /tmp."""
-    return f"/tmp/.createos-sync-stdin-{secrets.token_hex(8)}"
 
 
 @attrs.frozen

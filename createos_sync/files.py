@@ -72,9 +72,9 @@ def check_progress(progress: object) -> None:
         raise TypeError("progress must be a callable taking (done_bytes, total_bytes)")
 
 
-def scratch_path(kind: str) -> str:
-    """(inferred) A fresh name for a directory archive in the sandbox's /tmp."""
-    return f"/tmp/.createos-sync-{kind}-{secrets.token_hex(8)}.tar"
+def scratch_path(kind: str, suffix: str = "") -> str:
+    """(inferred) A fresh name for a scratch file (staged stdin, archives) in the sandbox's /tmp."""
+    return f"/tmp/.createos-sync-{kind}-{secrets.token_hex(8)}{suffix}"
 
 
 class Meter:
@@ -358,7 +358,7 @@ def _run_checked(run: Run, argv: list[str], what: str) -> None:
 @contextlib.contextmanager
 def _scratch(box: Box, kind: str, *, remove_after: bool) -> Iterator[str]:
     """A scratch path in the sandbox, removed on failure, and afterwards if ``remove_after``."""
-    path = scratch_path(kind)
+    path = scratch_path(kind, ".tar")
     try:
         yield path
     except BaseException as exc:

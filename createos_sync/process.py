@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from . import _api, files
 from ._box import Box
-from ._command import RELEASE_LINE, SHELL, Command, Gate, staged_stdin_path, unwrap
+from ._command import RELEASE_LINE, SHELL, Command, Gate, unwrap
 from ._containment import DEFAULT_GRACE, terminate_confirmed
 from ._deadline import Deadline
 from ._follow import Deliver, Follower
@@ -59,7 +59,7 @@ def launch(
     """
     staged = None
     if stdin is not None:
-        staged = staged_stdin_path()
+        staged = files.scratch_path("stdin")
         files.write(box, staged, stdin, deadline)
     args = command.wrapper(gate, staged)
     try:
