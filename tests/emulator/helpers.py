@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
 import requests
 
 from createos_sync.emulator import Emulator
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it is truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
+from ..waiting import wait_until as wait_until  # re-exported for the tests here
 
 
 class Api:

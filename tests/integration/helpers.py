@@ -7,15 +7,15 @@ import hashlib
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
 import requests
 
 from createos_sync.emulator import Emulator
+
+from ..waiting import wait_until as wait_until  # re-exported for the tests here
 
 # High enough that the interpreter-wide pacer never slows a test; pacing has its own tests.
 FAST = 1_000_000
@@ -30,18 +30,6 @@ for i in range(int(sys.argv[1])):
     (err if i % 3 == 0 else out).write(line)
 """
 MIXED_LINE_BYTES = 145
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it is truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def operations(emulator: Emulator, sandbox_id: str | None = None) -> list[tuple[str, int | None]]:

@@ -7,10 +7,12 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from createos_sync.emulator import Emulator
+
+from ..waiting import wait_until as wait_until  # re-exported for the tests here
 
 CLI = (sys.executable, "-m", "createos_sync")
 # Generous: the machine is small and shared; these bound hangs, they time nothing.
@@ -74,11 +76,3 @@ def read_until(proc: subprocess.Popen[bytes], marker: bytes) -> bytes:
                 raise AssertionError(f"stdout ended before {marker!r}; got {seen!r}")
             seen += chunk
     return seen
-
-
-def wait_until(predicate: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.02)
