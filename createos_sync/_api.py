@@ -260,18 +260,6 @@ def send_input(
     )
 
 
-def signal_process(
-    t: Transport, sandbox_id: str, process_id: str, signal: str, deadline: Deadline
-) -> None:
-    t.call(
-        "POST",
-        f"{_process(sandbox_id, process_id)}/signal",
-        operation=Operation.PROCESS_CONTROL,
-        repeat=Repeat.SAFE,
-        deadline=deadline,
-        json_body={"signal": signal},
-    )
-
 
 def terminate_process(
     t: Transport, sandbox_id: str, process_id: str, grace: float, deadline: Deadline
@@ -291,19 +279,3 @@ def terminate_process(
         allow=frozenset({404}),
     )
     return None if reply.status == 404 else _object(reply.data, Operation.PROCESS_CLEANUP)
-
-
-def wait_process(
-    t: Transport, sandbox_id: str, process_id: str, scope: str, wait: float, deadline: Deadline
-) -> dict[str, Any] | None:
-    """Long-poll until the leader or tree exits; None when the wait ran out first (408)."""
-    reply = t.call(
-        "GET",
-        f"{_process(sandbox_id, process_id)}/wait",
-        operation=Operation.PROCESS_CONTROL,
-        repeat=Repeat.SAFE,
-        deadline=deadline,
-        params={"scope": scope, "timeout_ms": str(max(0, round(wait * 1000)))},
-        allow=frozenset({408}),
-    )
-    return None if reply.status == 408 else _object(reply.data, Operation.PROCESS_CONTROL)

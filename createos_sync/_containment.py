@@ -65,10 +65,6 @@ class ProcessTable:
         with self._lock:
             return list(self._unfinished)
 
-    def is_running(self, process_id: str) -> bool:
-        with self._lock:
-            return process_id in self._unfinished
-
     @property
     def unconfirmed_ids(self) -> list[str]:
         with self._lock:

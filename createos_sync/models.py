@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
-SANDBOX_GONE = frozenset({"destroyed", "failed"})
 
 
 def _str(data: Mapping[str, Any], key: str) -> str | None:
