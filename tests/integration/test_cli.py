@@ -35,7 +35,7 @@ def test_run_exit_status_output_transfers_and_command_forms(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "in.txt").write_text("hello\n")
-    ok, failed, timed_out, script, argv, transfers, bad_download = run_all(
+    ok, failed, timed_out, script, argv, transfers, bad_download, killed = run_all(
         [*CLI, "run", "--", "echo out; echo err >&2"],
         [*CLI, "run", "--", "exit 3"],
         [*CLI, "run", "--timeout", "0.5", "--", "echo before; exec sleep 60"],
@@ -47,10 +47,12 @@ def test_run_exit_status_output_transfers_and_command_forms(
          "--download", f"/workspace/out.txt:{tmp_path / 'out.txt'}",
          "--", "tr a-z A-Z < in.txt > out.txt; exit 5"],
         [*CLI, "run", "--download", f"/workspace/missing:{tmp_path / 'missing'}", "--", "true"],
+        [*CLI, "run", "--", "kill -KILL $$"],
         env=env,
     )  # fmt: skip
     assert ok == (0, "out\n", "err\n")
     assert failed[:2] == (3, "")
+    assert killed[0] == 128 + 9  # a command killed by signal N: 128 + N, as the README says
     assert timed_out[:2] == (124, "before\n")
     assert "timed out after 0.5 s" in timed_out[2]
     assert script[:2] == (0, "a\nb\n")
