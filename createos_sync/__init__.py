@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
+from ._options import LeaseOptions as _LeaseOptions
 from ._reap import reap
 from ._registry import close_all
 from ._registry import open_leases as leases
 from .client import Client
-from .config import Config, default_shape
+from .config import Config
 from .errors import (
     CommandFailed,
     CommandTimeout,
@@ -38,6 +39,9 @@ from .models import ProcessInfo, SandboxInfo, Shape
 from .process import Process
 from .result import RunResult
 
+if TYPE_CHECKING:
+    from types import EllipsisType
+
 __version__ = "0.1.0"
 
 
@@ -47,51 +51,71 @@ def lease(
     rootfs: str | None = None,
     region: str | None = None,
     name: str | None = None,
-    egress: Sequence[Mapping[str, Any]] | None = None,
+    egress: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
+    ingress: bool = False,
     auto_pause_after: int | None = None,
     max_lifetime: float | None = None,
+    ttl: float | EllipsisType | None = ...,
     sandbox_id: str | None = None,
+    fork_from: str | None = None,
     on_exit: OnExit | None = None,
     client: Client | None = None,
     timeout: float | None = None,
+    journal: bool = True,
 ) -> Lease:
     """A lease on one sandbox: ``with cs.lease() as box: box.run(...)``.
 
-    ``shape`` falls back to ``CREATEOS_SHAPE``, then ``"s-1vcpu-1gb"``.
-    ``sandbox_id`` attaches to an existing sandbox (resumed if paused) instead
-    of creating one. ``on_exit`` is ``"destroy"`` (default for a created
-    sandbox), ``"keep"`` (default when attaching) or ``"pause"``.
-    ``max_lifetime`` (seconds) closes the lease from a timer at expiry.
-    Without ``client``, one is built from the environment and owned by the
-    lease. Nothing is sent before ``open()`` / ``with``.
+    Args:
+        shape: the machine shape; falls back to ``CREATEOS_SHAPE``, then
+            ``"s-1vcpu-1gb"``.
+        rootfs: a base image (``"ubuntu:24.04"``) or a ready template's id.
+        region: where to place the sandbox (the service chooses by default).
+        name: a prefix; the sandbox's name is it plus a unique suffix.
+        egress: outbound rules (``["pypi.org", "*.github.com", "10.0.0.0/8"]``);
+            None allows everything.
+        env: variables of the sandbox (fixed at creation).
+        ingress: make the sandbox's ports reachable by preview URLs.
+        auto_pause_after: CreateOS's idle auto-pause, whole seconds in 60..86400.
+        max_lifetime: seconds after which a timer closes the lease.
+        ttl: the dead man's switch: seconds without renewal after which the
+            sandbox deletes itself (default 900 for a sandbox this lease
+            creates or forks, off when attaching; None turns it off).
+        sandbox_id: attach to this existing sandbox (resumed if paused).
+        fork_from: make the sandbox a fork of this one (running or paused).
+        on_exit: ``"destroy"`` (default for a created or forked sandbox),
+            ``"keep"`` (default when attaching) or ``"pause"``.
+        client: defaults to a ``Client()`` from the environment, owned by the lease.
+        timeout: the deadline of one operation and the default command timeout.
+        journal: record the sandbox in the local lease journal (the crash-safety
+            record ``createos-sync reap`` works from); ``False`` opts out.
+
+    Nothing is sent before ``open()`` / ``with``.
 
     Raises:
         ConfigError: missing or invalid configuration (e.g. no API key).
-        ValueError: invalid arguments.
+        ValueError, TypeError: invalid arguments.
     """
-    owned = client is None
-    the_client = Client() if client is None else client
-    try:
-        return Lease(
-            the_client,
-            shape=shape or default_shape(),
-            rootfs=rootfs,
-            region=region,
-            name=name,
-            egress=egress,
-            env=env,
-            auto_pause_after=auto_pause_after,
-            max_lifetime=max_lifetime,
-            sandbox_id=sandbox_id,
-            on_exit=on_exit,
-            timeout=timeout,
-            owns_client=owned,
-        )
-    except BaseException:
-        if owned:
-            the_client.close()
-        raise
+    options = _LeaseOptions(
+        shape=shape,
+        rootfs=rootfs,
+        region=region,
+        name=name,
+        egress=egress,
+        env=env,
+        ingress=ingress,
+        auto_pause_after=auto_pause_after,
+        max_lifetime=max_lifetime,
+        ttl=ttl,
+        sandbox_id=sandbox_id,
+        fork_from=fork_from,
+        on_exit=on_exit,
+        timeout=timeout,
+        journal=journal,
+    )
+    if client is not None:
+        return Lease(client, options)
+    return Lease(Client(), options, owns_client=True)
 
 
 __all__ = [

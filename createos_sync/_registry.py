@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .lease import Lease
+    from .lease._core import LeaseCore as Lease
 
 log = logging.getLogger("createos_sync.lease")
 

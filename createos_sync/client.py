@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any
+from types import EllipsisType, TracebackType
 
 import requests
 
 from . import _api, _retry
 from ._deadline import Deadline
 from ._http import Transport
-from .config import Config, default_shape
-from .lease import Lease, OnExit
+from ._options import LeaseOptions, OnExit
+from .config import Config
+from .lease import Lease
 from .models import SandboxInfo, Shape
 
 
@@ -78,29 +78,37 @@ class Client:
         rootfs: str | None = None,
         region: str | None = None,
         name: str | None = None,
-        egress: Sequence[Mapping[str, Any]] | None = None,
+        egress: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
+        ingress: bool = False,
         auto_pause_after: int | None = None,
         max_lifetime: float | None = None,
+        ttl: float | EllipsisType | None = ...,
         sandbox_id: str | None = None,
+        fork_from: str | None = None,
         on_exit: OnExit | None = None,
         timeout: float | None = None,
+        journal: bool = True,
     ) -> Lease:
-        """A lease on a new sandbox (or on ``sandbox_id``) using this client."""
-        return Lease(
-            self,
-            shape=shape or default_shape(),
+        """A lease using this client; the arguments are those of ``createos_sync.lease``."""
+        options = LeaseOptions(
+            shape=shape,
             rootfs=rootfs,
             region=region,
             name=name,
             egress=egress,
             env=env,
+            ingress=ingress,
             auto_pause_after=auto_pause_after,
             max_lifetime=max_lifetime,
+            ttl=ttl,
             sandbox_id=sandbox_id,
+            fork_from=fork_from,
             on_exit=on_exit,
             timeout=timeout,
+            journal=journal,
         )
+        return Lease(self, options)
 
     def close(self) -> None:
         """Release the HTTP session (if this client created it)."""

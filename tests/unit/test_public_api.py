@@ -10,7 +10,7 @@ def test_all_is_sorted_and_complete() -> None:
     public = {n for n in dir(cs) if not n.startswith("_")} - {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
     modules |= {"process", "result"}  # submodules, present once imported
-    assert public - modules - {"Any", "Mapping", "Sequence", "OnExit", "default_shape"} <= set(
+    assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(
         cs.__all__
     )
     for name in cs.__all__:

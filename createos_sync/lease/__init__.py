@@ -1,0 +1,21 @@
+"""``Lease``: one sandbox, owned from ``open()`` to ``close()``, never leaked.
+
+``Lease`` is a facade: its lifecycle and the containment rule live in
+``_core``, and each capability (commands, files, sandbox features) is a
+mixin that validates arguments and hands over to its engine module
+(``createos_sync.process``, ``createos_sync.files``, ...).
+"""
+
+from __future__ import annotations
+
+from .._options import LeaseOptions, OnExit
+from ._commands import DEFAULT_MAX_OUTPUT
+from ._features import FeatureMethods
+from ._files import FileMethods
+
+
+class Lease(FileMethods, FeatureMethods):
+    """A context manager owning one sandbox; see ``createos_sync.lease()``."""
+
+
+__all__ = ["DEFAULT_MAX_OUTPUT", "Lease", "LeaseOptions", "OnExit"]

@@ -1,0 +1,65 @@
+"""``LeaseOptions``: one validated value behind every surface that takes lease options."""
+
+from __future__ import annotations
+
+import inspect
+
+import attrs
+import pytest
+
+import createos_sync as cs
+from createos_sync._options import DEFAULT_TTL, LeaseOptions
+
+
+def _keywords(function: object) -> set[str]:
+    return set(inspect.signature(function).parameters) - {"self", "client"}  # type: ignore[arg-type]
+
+
+def test_every_surface_takes_the_same_option_names() -> None:
+    names = {field.name for field in attrs.fields(LeaseOptions)}
+    assert _keywords(cs.lease) == names
+    assert _keywords(cs.Client.lease) == names
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"egress": "pypi.org"}, ValueError),
+        ({"egress": [{"host": "pypi.org"}]}, ValueError),
+        ({"egress": {"pypi.org": True}}, ValueError),
+        ({"egress": [""]}, ValueError),
+        ({"egress": ["pypi .org"]}, ValueError),
+        ({"auto_pause_after": 59}, ValueError),
+        ({"auto_pause_after": 60.5}, ValueError),
+        ({"ttl": 0}, ValueError),
+        ({"ttl": "900"}, TypeError),
+        ({"ingress": "yes"}, TypeError),
+        ({"on_exit": "explode"}, ValueError),
+        ({"sandbox_id": "sb-1", "fork_from": "sb-2"}, ValueError),
+        ({"fork_from": "sb-2", "shape": "s-1vcpu-1gb"}, ValueError),
+        ({"sandbox_id": "sb-1", "env": {"A": "1"}}, ValueError),
+        ({"name": "has space"}, ValueError),
+        ({"env": {"1BAD": "x"}}, ValueError),
+    ],
+)
+def test_invalid_options_raise_before_anything_is_sent(
+    options: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        LeaseOptions(**options)  # type: ignore[arg-type]
+
+
+def test_egress_rules_are_kept_as_strings_and_sent_as_egress() -> None:
+    options = LeaseOptions(egress=["pypi.org", "*.github.com", "10.0.0.0/8"])
+    assert options.egress == ("pypi.org", "*.github.com", "10.0.0.0/8")
+    assert options.creation_body()["egress"] == ["pypi.org", "*.github.com", "10.0.0.0/8"]
+
+
+def test_defaults_depend_on_how_the_sandbox_is_had() -> None:
+    created, attached = LeaseOptions(), LeaseOptions(sandbox_id="sb-1")
+    forked = LeaseOptions(fork_from="sb-1")
+    assert (created.effective_on_exit, created.effective_ttl) == ("destroy", DEFAULT_TTL)
+    assert (forked.effective_on_exit, forked.effective_ttl) == ("destroy", DEFAULT_TTL)
+    assert (attached.effective_on_exit, attached.effective_ttl) == ("keep", None)
+    assert LeaseOptions(ttl=None).effective_ttl is None
+    assert LeaseOptions(sandbox_id="sb-1", ttl=60).effective_ttl == 60.0
