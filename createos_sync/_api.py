@@ -15,6 +15,7 @@ from urllib.parse import quote
 from ._deadline import Deadline
 from ._http import Body, Stream, Transport
 from ._retry import Repeat
+from ._server_text import checked_id
 from .errors import Operation, ProtocolError
 
 PAGE_LIMIT = 500
@@ -200,8 +201,7 @@ def create_process(
         json_body={"cmd": cmd, "args": args},
     )
     data = _object(reply.data, Operation.PROCESS_CREATION)
-    if not isinstance(data.get("process_id"), str) or not data["process_id"]:
-        raise ProtocolError("the answer to process creation has no process id")
+    checked_id(data.get("process_id"), "process id in the answer to process creation")
     return data
 
 

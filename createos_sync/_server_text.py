@@ -1,0 +1,43 @@
+"""Server-provided text that may reach a user: checked against a strict pattern first.
+
+A hostile or broken service may answer anything, an echo of the API key
+included, in any field. Whatever the service hands back and the package
+shows (in a message, a repr, a result, or a URL path) goes through one of
+these checks: an id must look like an id before it is ever put in a path,
+and a token that does not match its pattern is replaced by a fixed
+placeholder instead of being shown.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ProtocolError
+
+UNRECOGNISED = "(unrecognised)"
+
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+SIGNAL = re.compile(r"SIG[A-Z0-9+-]{1,16}\Z")
+ERROR_CODE = re.compile(r"[a-z0-9_]{1,64}\Z")
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
+STATUS = re.compile(r"[a-z_]{1,32}\Z")
+
+
+def checked_id(value: object, what: str) -> str:
+    """An id from an answer, safe to put in a URL path; ``ProtocolError`` otherwise.
+
+    ``what`` names the field and the answer ("sandbox id in the answer to
+    sandbox creation"); the value itself is never shown.
+    """
+    if not isinstance(value, str) or not ID.match(value):
+        raise ProtocolError(f"the {what} is missing or not a plausible id")
+    return value
+
+
+def token(value: object, pattern: re.Pattern[str]) -> str | None:
+    """``value`` if it is a str matching ``pattern``; None if absent; else the placeholder."""
+    if value is None:
+        return None
+    if isinstance(value, str) and pattern.match(value):
+        return value
+    return UNRECOGNISED
