@@ -39,12 +39,14 @@ class Operation:
     SANDBOX_LIFECYCLE = "sandbox lifecycle"
     SANDBOX_LISTING = "sandbox listing"
     SANDBOX_CLEANUP = "sandbox cleanup"
+    SANDBOX_SETTINGS = "sandbox settings"
     PROCESS_CREATION = "process creation"
     PROCESS_CONTROL = "process control"
     PROCESS_CLEANUP = "process cleanup"
     OUTPUT_CONNECTION = "output connection"
     FILE_TRANSFER = "file transfer"
     EXEC = "housekeeping exec"
+    PORT_WAIT = "port wait"
 
 
 class CreateosError(Exception):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._app import App
 from ._faults import FaultQueue
 from ._http import Connections, serve
+from ._ingress import PREFIX as INGRESS_PREFIX
 from ._isolation import choose
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
@@ -127,6 +128,7 @@ class Emulator:
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
         self.url = f"http://{shown}:{port}"
+        self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
         self.isolation = isolation.name
         self._thread = threading.Thread(
             target=self._server.serve_forever,
