@@ -36,7 +36,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -44,6 +44,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from werkzeug.datastructures import EnvironHeaders
 
 from . import _listeners
+from ._hangups import Hangups
 from ._listeners import Listener
 from ._wire import ApiError
 
@@ -99,6 +100,7 @@ class IngressProxy:
         # (sandbox id, port) -> inode of the listener last found to be the sandbox's own:
         # reading every process's fds once per request would be wasted work.
         self._verified: dict[tuple[str, int], int] = {}
+        self._hangups = Hangups()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -107,7 +109,9 @@ class IngressProxy:
             listener = self._listener(sandbox, port)
         except Refused as refusal:
             return refusal.answer(start_response)
-        exchange = _Exchange(environ, sandbox, listener, f"{PREFIX}{sandbox_id}/{port}", target)
+        exchange = _Exchange(
+            environ, sandbox, listener, f"{PREFIX}{sandbox_id}/{port}", target, self._hangups
+        )
         if _upgrading(environ):
             return exchange.tunnel(start_response)
         return exchange.forward(start_response)
@@ -165,12 +169,14 @@ class _Exchange:
         listener: Listener,
         prefix: str,
         target: str,
+        hangups: Hangups,
     ) -> None:
         self.environ = environ
         self.sandbox = sandbox
         self.listener = listener
         self.prefix = prefix
         self.target = target
+        self.hangups = hangups
 
     def forward(self, start_response: StartResponse) -> Iterable[bytes]:
         conn = http.client.HTTPConnection(
@@ -178,8 +184,9 @@ class _Exchange:
         )
         try:
             conn.connect()
-            assert conn.sock is not None
-            conn.sock.settimeout(IDLE_TIMEOUT)
+            # Kept: after an answer that closes the connection, conn.sock is None.
+            upstream: socket.socket = conn.sock
+            upstream.settimeout(IDLE_TIMEOUT)
             self._send(conn)
             response = conn.getresponse()
         except (OSError, http.client.HTTPException, ValueError):
@@ -197,7 +204,12 @@ class _Exchange:
                 value = self._location(value)
             headers.append((name, value))
         start_response(f"{response.status} {response.reason}", headers)
-        return _Relay(response, conn, self.sandbox)
+        relay = _Relay(response, conn, self.sandbox)
+        client = self.environ.get("werkzeug.socket")
+        if client is not None:
+            self.hangups.watch(client, upstream)
+            relay.on_close = lambda: self.hangups.forget(client)
+        return relay
 
     def _send(self, conn: http.client.HTTPConnection) -> None:
         environ = self.environ
@@ -296,6 +308,7 @@ class _Relay:
         self._conn = conn
         self._active = _active(sandbox)
         self._active.__enter__()
+        self.on_close: Callable[[], None] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
@@ -309,6 +322,8 @@ class _Relay:
             yield chunk
 
     def close(self) -> None:
+        if self.on_close is not None:
+            self.on_close()
         self._response.close()
         self._conn.close()
         self._active.__exit__(None, None, None)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
 from .. import network
 from .._options import check_auto_pause, check_seconds
 from ..models import SandboxInfo
@@ -21,10 +19,7 @@ class NetworkMethods(LeaseCore):
         Request budget: 1 GET. A rule the service answers in a shape that is
         not a plausible host name, wildcard or CIDR shows as "(unrecognised)".
         """
-        box = self._usable_box()
-        rules = network.read_egress(box, self._op_deadline())
-        self._remember_egress(rules)
-        return rules
+        return network.read_egress(self._usable_box(), self._op_deadline())
 
     def set_egress(self, rules: Sequence[str] | None) -> list[str]:
         """Replace the sandbox's egress rules; returns them as the service now has them.
@@ -40,10 +35,7 @@ class NetworkMethods(LeaseCore):
             ValueError: ``rules`` is not a sequence of non-empty strings (before any request).
         """
         checked = network.check_rules(rules)
-        box = self._usable_box()
-        now = network.replace_egress(box, checked, self._op_deadline())
-        self._remember_egress(now)
-        return now
+        return network.replace_egress(self._usable_box(), checked, self._op_deadline())
 
     def set_ingress(self, enabled: bool) -> SandboxInfo:
         """Switch public ingress to the sandbox's ports on or off; returns the sandbox.
@@ -108,7 +100,3 @@ class NetworkMethods(LeaseCore):
         box = self._usable_box()
         self._info = network.set_auto_pause(box, checked, self._op_deadline())
         return self._info
-
-    def _remember_egress(self, rules: list[str]) -> None:
-        if self._info is not None:
-            self._info = attrs.evolve(self._info, egress=tuple(rules))
