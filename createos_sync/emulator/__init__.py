@@ -24,8 +24,17 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
   the HOST's ``/workspace``; only the files API maps it into the sandbox.
 
 In both modes the files API maps ``/workspace``, ``/tmp`` and ``/home/user``
-into the sandbox's storage and refuses every other path. Egress rules are
-stored and returned but not enforced: commands use the host's network.
+into the sandbox's storage and refuses every other path.
+
+Network: in both modes commands use the host's network. Egress rules are
+stored and returned (``GET``/``PUT .../egress``) but NOT enforced. A
+sandbox's port is a port of the host: two sandboxes cannot listen on the same
+one at once. Preview URLs (``ingress_url_template``,
+``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/``) go through a
+reverse proxy in the emulator that refuses a sandbox with ingress off and
+forwards only to a listener owned by a process of that sandbox (``_ingress``,
+``_listeners``). ``PATCH /v1/sandboxes/{id}`` switches ingress and changes
+auto-pause; a sandbox idle for its auto-pause limit is paused.
 
 Output journal: while no stream is attached, the oldest frames are evicted
 beyond ``journal_bytes`` (a later ``connect`` gets 410). While a stream is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ EXPECTED = {
     "ci_job.py": ["Ran 1 test", "tests passed"],
     "files_roundtrip.py": ["100% of 3145728 bytes", "every file came back intact"],
     "background_server.py": ["hello from the sandbox", '"GET /hello.txt HTTP/1.1" 200'],
+    "web_preview.py": ["preview URL: http://127.0.0.1:", "<h1>hello from a web app in the sandbox"],
 }
 
 
@@ -28,8 +30,14 @@ def test_every_script_is_tested() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
 
 
+def free_port() -> str:
+    with socket.socket() as probe:  # the emulator's sandboxes share this machine's ports
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def test_the_scripts_run(emulator: Emulator, tmp_path: Path) -> None:
-    env = emulator_env(emulator)
+    env = emulator_env(emulator, PREVIEW_PORT=free_port())
     failing = tmp_path / "failing"
     failing.mkdir()
     (failing / "test_fails.py").write_text(
