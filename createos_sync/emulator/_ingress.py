@@ -84,6 +84,7 @@ class Refused(Exception):
             ("Content-Type", "text/plain; charset=utf-8"),
             ("Content-Length", str(len(body))),
             ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),  # it may quote the URL's path
         ]
         if self.location is not None:
             headers.append(("Location", self.location))
@@ -97,9 +98,8 @@ class IngressProxy:
     def __init__(self, store: SandboxStore) -> None:
         self._store = store
         self._lock = threading.Lock()
-        # (sandbox id, port) -> inode of the listener last found to be the sandbox's own:
-        # reading every process's fds once per request would be wasted work.
-        self._verified: dict[tuple[str, int], int] = {}
+        # (sandbox id, port) -> the listener last found to be the sandbox's own.
+        self._owners: dict[tuple[str, int], _listeners.Owner] = {}
         self._hangups = Hangups()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -135,28 +135,26 @@ class IngressProxy:
     def _listener(self, sandbox: Sandbox, port: int) -> Listener:
         if not _listeners.can_check():
             return Listener.unchecked(port)
+        key = (sandbox.id, port)
+        with self._lock:
+            known = self._owners.get(key)
+        if known is not None and known.still_holds():
+            return known.listener
         found = _listeners.listeners(port)
         if not found:
             raise Refused(502, f"nothing listens on port {port} in sandbox {sandbox.id}")
-        key = (sandbox.id, port)
-        with self._lock:
-            known = self._verified.get(key)
-        for listener in found:
-            if listener.inode == known:
-                return listener
         with sandbox.lock:
             processes = list(sandbox.processes.values())
-        owned = _listeners.socket_inodes(pid for p in processes for pid in p.tree_pids())
-        for listener in found:
-            if listener.inode in owned:
-                with self._lock:
-                    self._verified[key] = listener.inode
-                return listener
-        raise Refused(
-            502,
-            f"nothing of sandbox {sandbox.id} listens on port {port} (the emulator shares the "
-            "host's network: another sandbox or a host program holds that port)",
-        )
+        owner = _listeners.owner(found, (pid for p in processes for pid in p.tree_pids()))
+        if owner is None:
+            raise Refused(
+                502,
+                f"nothing of sandbox {sandbox.id} listens on port {port} (the emulator shares "
+                "the host's network: another sandbox or a host program holds that port)",
+            )
+        with self._lock:
+            self._owners[key] = owner
+        return owner.listener
 
 
 class _Exchange:

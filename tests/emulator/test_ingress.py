@@ -15,7 +15,8 @@ from createos_sync.emulator import Emulator
 
 from .helpers import Api, wait_until
 
-# A server for the sandbox: binds a free port and writes it to /workspace/port.
+# A server for the sandbox: binds the port in argv (default: a free one) and writes it to
+# /workspace/port.
 #   GET /headers   -> the request's path and headers, as JSON
 #   POST /echo     -> the request body back (chunked or sized bodies alike)
 #   GET /redirect  -> 302 to the root-absolute /target
@@ -74,7 +75,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
 with open("port.tmp", "w") as f:
     f.write(str(server.server_address[1]))
 os.rename("port.tmp", "port")
@@ -82,7 +83,7 @@ server.serve_forever()
 """
 
 
-def serve(api: Api, sandbox_id: str) -> int:
+def serve(api: Api, sandbox_id: str, port: int = 0) -> int:
     """Start SERVER in the sandbox; its port once it listens."""
     api.data(
         "PUT",
@@ -90,7 +91,7 @@ def serve(api: Api, sandbox_id: str) -> int:
         params={"path": "/workspace/server.py"},
         data=SERVER.encode(),
     )
-    api.process(sandbox_id, "python3", "server.py", cwd="/workspace")
+    api.process(sandbox_id, "python3", "server.py", str(port), cwd="/workspace")
     port_file = api.emu.sandbox_path(sandbox_id, "/workspace/port")
     wait_until(port_file.exists, what="the sandbox's server to listen")
     return int(port_file.read_text())
@@ -280,6 +281,20 @@ def test_only_the_sandboxs_own_listener_is_reached(emu: Emulator, api: Api) -> N
     finally:
         host_server.shutdown()
         host_server.server_close()
+
+
+def test_a_port_that_changes_hands_is_checked_again(api: Api) -> None:
+    first = api.sandbox(ingress_enabled=True)
+    second = api.sandbox(ingress_enabled=True)
+    port = serve(api, first)
+    url = preview(api, first, port)
+    assert requests.get(url + "headers", timeout=10).status_code == 200  # owner remembered
+    [server] = api.data("GET", f"/v1/sandboxes/{first}/processes")["processes"]
+    api.data("DELETE", api.proc_path(first, server["process_id"]), params={"grace_ms": 0})
+    serve(api, second, port)  # the same port, now the other sandbox's
+    assert requests.get(preview(api, second, port) + "headers", timeout=10).status_code == 200
+    stale = requests.get(url + "headers", timeout=10)
+    assert stale.status_code == 502 and f"nothing of sandbox {first}" in stale.text
 
 
 def test_an_open_exchange_keeps_the_sandbox_awake(emu: Emulator, api: Api) -> None:
