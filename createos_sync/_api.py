@@ -199,12 +199,19 @@ def _patch_sandbox(
 
 
 def write_file(
-    t: Transport, sandbox_id: str, path: str, body: Body, deadline: Deadline, *, repeat: Repeat
+    t: Transport,
+    sandbox_id: str,
+    path: str,
+    body: Body,
+    deadline: Deadline,
+    *,
+    repeat: Repeat,
+    operation: str = Operation.FILE_TRANSFER,
 ) -> None:
     t.call(
         "PUT",
         f"{_sandbox(sandbox_id)}/files",
-        operation=Operation.FILE_TRANSFER,
+        operation=operation,
         repeat=repeat,
         deadline=deadline,
         params={"path": path},
@@ -250,19 +257,38 @@ def exec_command(
 
 
 def create_process(
-    t: Transport, sandbox_id: str, cmd: str, args: list[str], deadline: Deadline
+    t: Transport,
+    sandbox_id: str,
+    cmd: str,
+    args: list[str],
+    deadline: Deadline,
+    *,
+    operation: str = Operation.PROCESS_CREATION,
 ) -> dict[str, Any]:
     reply = t.call(
         "POST",
         f"{_sandbox(sandbox_id)}/processes",
-        operation=Operation.PROCESS_CREATION,
+        operation=operation,
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body={"cmd": cmd, "args": args},
     )
-    data = _object(reply.data, Operation.PROCESS_CREATION)
-    checked_id(data.get("process_id"), "process id in the answer to process creation")
+    data = _object(reply.data, operation)
+    checked_id(data.get("process_id"), f"process id in the answer to {operation}")
     return data
+
+
+def list_processes(t: Transport, sandbox_id: str, deadline: Deadline) -> list[dict[str, Any]]:
+    """The sandbox's managed processes (their records: ``process_id``, ``args``, ``state``...)."""
+    reply = t.call(
+        "GET",
+        f"{_sandbox(sandbox_id)}/processes",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+    )
+    items, _ = _items(reply.data, Operation.PROCESS_CONTROL, "processes")
+    return [_object(item, Operation.PROCESS_CONTROL) for item in items]
 
 
 def get_process(

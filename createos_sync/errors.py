@@ -8,6 +8,7 @@
     │                                     .status, .operation, .request_id
     ├── OperationTimeout (also TimeoutError)   an operation outlived its deadline
     ├── SandboxUnavailable                the sandbox is in a state that cannot serve
+    │   └── LeaseExpired                  its ttl watchdog deleted it (renewals stopped)
     ├── LeaseClosed (also RuntimeError)   the lease is not open (closed, expired, never opened)
     ├── ProtocolError                     malformed envelope / frame / sequence
     │   └── OutputLostError               the journal evicted output before it was read
@@ -47,6 +48,7 @@ class Operation:
     FILE_TRANSFER = "file transfer"
     EXEC = "housekeeping exec"
     PORT_WAIT = "port wait"
+    TTL = "ttl watchdog"
 
 
 class CreateosError(Exception):
@@ -112,6 +114,24 @@ class SandboxUnavailable(CreateosError):
         if detail:
             message += f": {detail}"
         super().__init__(message)
+
+
+class LeaseExpired(SandboxUnavailable):
+    """The lease's ttl watchdog deleted its sandbox: no renewal reached it for ``ttl`` seconds.
+
+    This happens when the program was frozen (SIGSTOP, a laptop asleep) or
+    cut off from the service for longer than the ttl. Nothing is left to
+    clean up: the lease's ``close()`` is quiet.
+    """
+
+    def __init__(self, sandbox_id: str, ttl: float) -> None:
+        self.ttl = ttl
+        super().__init__(
+            sandbox_id,
+            "destroyed",
+            f"its ttl watchdog deleted it after {ttl:g} s without renewal "
+            "(the program was frozen, or cut off from the service, for that long)",
+        )
 
 
 class LeaseClosed(CreateosError, RuntimeError):

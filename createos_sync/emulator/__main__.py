@@ -22,6 +22,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     parser.add_argument("--api-key", default=None, help="API key (default: a random one)")
     parser.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto")
+    parser.add_argument(
+        "--network",
+        choices=("auto", "private", "shared"),
+        default="auto",
+        help="a network namespace per sandbox (private), or the host's (shared)",
+    )
     parser.add_argument("--no-rate-limit", action="store_true", help="disable the 300/min limit")
     parser.add_argument(
         "--journal-bytes", type=int, default=1 << 20, help="output journal per process (bytes)"
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             api_key=args.api_key,
             isolation=args.isolation,
+            network=args.network,
             rate_limit=None if args.no_rate_limit else 300,
             journal_bytes=args.journal_bytes,
             frame_bytes=min(64 * 1024, max(1, args.journal_bytes)),
@@ -56,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
+        print(f"network: {emulator.describe_network()}")
         print(
             f"export CREATEOS_API_URL={shlex.quote(emulator.url)} "
             f"CREATEOS_API_KEY={shlex.quote(emulator.api_key)}",

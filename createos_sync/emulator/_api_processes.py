@@ -156,7 +156,8 @@ def _command(sandbox: Sandbox, body: dict[str, Any], cwd: str) -> Command:
     undeclared = sorted(set(overrides) - set(sandbox.spec.envs))
     if undeclared:
         raise ApiError(400, "env overrides are accepted only for keys declared at creation")
-    return Command(cmd, text_list(body, "args"), cwd, {**sandbox.spec.envs, **overrides})
+    agent = sandbox.net.env if sandbox.net is not None else {}  # where its guest agent is
+    return Command(cmd, text_list(body, "args"), cwd, {**sandbox.spec.envs, **overrides, **agent})
 
 
 def _signal_number(value: Any) -> int:

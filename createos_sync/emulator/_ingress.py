@@ -20,8 +20,10 @@ the rest of its connection. A forwarded request never carries ``X-Api-Key``:
 code in a sandbox must never see the key.
 
 Refusals are short plain text, for a browser: 404 unknown sandbox, 403
-ingress disabled, 503 sandbox not running, 502 nothing of that sandbox
-listens on the port (see ``_listeners`` for what "of that sandbox" means).
+ingress disabled (or the guest agent's port), 503 sandbox not running, 502
+nothing of that sandbox listens on the port (see ``_listeners`` for what "of
+that sandbox" means). A sandbox with a private network (``_netns``) is
+reached inside its own namespace, with a socket made there.
 Proxied traffic is not API traffic: no key (preview URLs are public on the
 service), no rate limit, no request log; it does count as activity for
 auto-pause.
@@ -46,6 +48,7 @@ from werkzeug.datastructures import EnvironHeaders
 from . import _listeners
 from ._hangups import Hangups
 from ._listeners import Listener
+from ._netns import AGENT_PORT, PrivateNet
 from ._wire import ApiError
 
 if TYPE_CHECKING:
@@ -133,6 +136,14 @@ class IngressProxy:
         return sandbox
 
     def _listener(self, sandbox: Sandbox, port: int) -> Listener:
+        net = sandbox.net
+        if isinstance(net, PrivateNet):
+            if port == AGENT_PORT:
+                raise Refused(403, f"port {port} is the guest agent's: it has no preview URL")
+            found = net.listeners(port)
+            if not found:
+                raise Refused(502, f"nothing listens on port {port} in sandbox {sandbox.id}")
+            return found[0]  # its namespace holds its own listeners only
         if not _listeners.can_check():
             return Listener.unchecked(port)
         key = (sandbox.id, port)
@@ -176,10 +187,15 @@ class _Exchange:
         self.target = target
         self.hangups = hangups
 
+    def _connect(self, address: tuple[str, int], timeout: float) -> socket.socket:
+        """A connection to the sandbox's port, inside its network if it has one of its own."""
+        net = self.sandbox.net
+        if net is None:
+            return socket.create_connection(address, timeout)
+        return net.create_connection(address, timeout)
+
     def forward(self, start_response: StartResponse) -> Iterable[bytes]:
-        conn = http.client.HTTPConnection(
-            self.listener.host, self.listener.port, timeout=CONNECT_TIMEOUT
-        )
+        conn = _Upstream(self.listener.host, self.listener.port, self._connect)
         try:
             conn.connect()
             # Kept: after an answer that closes the connection, conn.sock is None.
@@ -274,9 +290,7 @@ class _Exchange:
         """
         client: socket.socket | None = self.environ.get("werkzeug.socket")
         try:
-            upstream = socket.create_connection(
-                (self.listener.host, self.listener.port), timeout=CONNECT_TIMEOUT
-            )
+            upstream = self._connect((self.listener.host, self.listener.port), CONNECT_TIMEOUT)
         except OSError:
             upstream = None
         if client is None or upstream is None:
@@ -294,6 +308,20 @@ class _Exchange:
                     client.shutdown(socket.SHUT_RDWR)
         start_response("502 Bad Gateway", [])  # never sent: the connection is cut
         return []
+
+
+class _Upstream(http.client.HTTPConnection):
+    """An HTTP connection whose socket comes from ``opener`` (inside the sandbox's network)."""
+
+    def __init__(
+        self, host: str, port: int, opener: Callable[[tuple[str, int], float], socket.socket]
+    ) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
+        self._opener = opener
+
+    def connect(self) -> None:
+        self.sock = self._opener((self.host, self.port), CONNECT_TIMEOUT)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _Relay:

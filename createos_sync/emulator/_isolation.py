@@ -4,7 +4,8 @@ bubblewrap mode builds a small root: the host's system directories read-only,
 the sandbox's storage at ``/workspace``, ``/tmp`` and ``/home/user``, fresh
 ``/dev`` and ``/proc``, and a PID namespace, so that a command sees the same
 paths as on the service and its whole tree can be found and killed. The
-network is the host's. When this interpreter is visible inside that root,
+network is the sandbox's own where ``_netns`` can make one (the spawner
+starts bubblewrap inside it), else the host's. When this interpreter is visible inside that root,
 ``_reporter`` runs as the namespace's PID 1 so that the command's exact wait
 status (signal or exit code) reaches the emulator.
 
@@ -82,6 +83,11 @@ class Bubblewrap:
     def __init__(self, executable: str, python: str | None) -> None:
         self._bwrap = executable
         self._python = python
+        self._binds: list[tuple[str, str]] = []
+
+    def bind_over(self, source: str, target: str) -> None:
+        """Show the host file ``source`` read-only at ``target`` in every sandbox (``_netns``)."""
+        self._binds.append((source, target))
 
     def launch(
         self,
@@ -99,6 +105,8 @@ class Bubblewrap:
                 cmd += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 cmd += ["--ro-bind", path, path]
+        for source, target in self._binds:
+            cmd += ["--ro-bind", source, target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
         cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]

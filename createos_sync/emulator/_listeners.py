@@ -1,13 +1,14 @@
 """Which process listens on a TCP port, read from /proc: what "a sandbox's port" means here.
 
-The emulator shares the host's network in both isolation modes (bubblewrap
-does not unshare it): a port that a sandboxed server listens on is a port
-of the host, so two sandboxes cannot listen on the same one at once, and a
+In the emulator's shared network mode (``_netns``), sandboxes use the
+host's network: a port that a sandboxed server listens on is a port of the
+host, so two sandboxes cannot listen on the same one at once, and a
 host service on port N looks just like a sandbox's port N. The ingress
 proxy therefore forwards only to a listener whose socket is held open by a
 process of that very sandbox: it looks the port's listening sockets up in
 ``/proc/net/tcp`` and ``tcp6`` (inode and bound address), and the sandbox's
-processes up in ``/proc/PID/fd``.
+processes up in ``/proc/PID/fd``. In the private mode, a sandbox's
+namespace holds its own listeners only: nothing needs checking there.
 
 Reading ``/proc/net/tcp`` costs about as much as the machine has sockets
 (18 ms with 1,300 of them), so an owner, once found, is remembered as
@@ -47,12 +48,16 @@ def can_check() -> bool:
     return os.path.isfile(f"{PROC_NET}/tcp")
 
 
-def listeners(port: int) -> list[Listener]:
-    """The sockets listening on ``port`` (IPv4 and IPv6), from /proc/net."""
+def listeners(port: int, proc_net: str = PROC_NET) -> list[Listener]:
+    """The sockets listening on ``port`` (IPv4 and IPv6), from ``proc_net`` (/proc/net).
+
+    A sandbox's private network namespace is read, from a thread inside it,
+    at ``/proc/thread-self/net`` (``/proc/net`` shows the main thread's).
+    """
     found = []
     for table, decode in (("tcp", _ipv4), ("tcp6", _ipv6)):
         try:
-            with open(f"{PROC_NET}/{table}", encoding="ascii") as f:
+            with open(f"{proc_net}/{table}", encoding="ascii") as f:
                 lines = f.read().splitlines()[1:]
         except OSError:
             continue

@@ -8,6 +8,11 @@ Idle sandboxes with ``auto_pause_after_seconds`` are paused by a background
 ticker; idle means no API request for that sandbox, no attached stream and
 no open exchange through its preview URLs. ``configure`` (the PATCH
 endpoint) changes ingress and auto-pause on a live sandbox.
+
+Each sandbox has a network (``_netns``: a private namespace, or the host's)
+and a guest agent listening in it (``_agent``), made when the sandbox is
+added and released when it is destroyed; its commands start inside that
+network.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ._agent import GuestAgents
 from ._catalog import Shape
 from ._isolation import Isolation
+from ._netns import Network, Networks
 from ._processes import Command, ManagedProcess
 from ._storage import Storage
 from ._wire import ApiError, timestamp
@@ -70,6 +77,7 @@ class Sandbox:
     ingress_url_template: str = ""
     egress: list[str] = field(default_factory=list)
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
+    net: Network | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def settle(self) -> str:
@@ -126,9 +134,12 @@ class SandboxStore:
         transition_delay: float,
         journal_bytes: int,
         frame_bytes: int,
+        network: str = "auto",
     ) -> None:
         self._root = root
         self.isolation = isolation
+        self.networks = Networks(network, isolation, root)
+        self._agents = GuestAgents(self._agent_request)
         self._delay = transition_delay
         self._journal_bytes = journal_bytes
         self._frame_bytes = frame_bytes
@@ -215,9 +226,32 @@ class SandboxStore:
         return sandbox
 
     def _add(self, sandbox: Sandbox) -> Sandbox:
+        try:
+            sandbox.net = self.networks.create()
+            self._agents.serve(sandbox.id, sandbox.net.agent)
+        except BaseException:
+            if sandbox.net is not None:
+                self._release_net(sandbox)
+            sandbox.storage.remove()
+            raise
         with self._lock:
             self._sandboxes[sandbox.id] = sandbox
         return sandbox
+
+    def _release_net(self, sandbox: Sandbox) -> None:
+        with sandbox.lock:
+            net, sandbox.net = sandbox.net, None
+        if net is not None:
+            self._agents.forget(net.agent)
+            net.close()
+
+    def _agent_request(self, sandbox_id: str, action: str) -> None:
+        """A sandbox's guest agent asked for its own delete or pause."""
+        with contextlib.suppress(ApiError):  # already gone, or not running: nothing to do
+            if action == "delete":
+                self.destroy(sandbox_id)
+            else:
+                self.pause(sandbox_id)
 
     def pause(self, sandbox_id: str) -> Sandbox:
         sandbox = self.live(sandbox_id)
@@ -255,6 +289,7 @@ class SandboxStore:
             processes = list(sandbox.processes.values())
         for process in processes:
             process.stop()
+        self._release_net(sandbox)
         sandbox.storage.remove()
         return sandbox
 
@@ -272,7 +307,13 @@ class SandboxStore:
             if sandbox.settle() != "running":
                 raise ApiError(409, "sandbox is no longer running")
             sandbox.processes[process.id] = process
-            self._spawner.submit(process.start, self.isolation, sandbox.storage).result()
+            self._spawner.submit(self._start, sandbox, process).result()
+
+    def _start(self, sandbox: Sandbox, process: ManagedProcess) -> None:
+        """On the spawner thread: start the process inside the sandbox's network."""
+        net = sandbox.net
+        with net.entered() if net is not None else contextlib.nullcontext():
+            process.start(self.isolation, sandbox.storage)
 
     def process(self, sandbox_id: str, process_id: str) -> ManagedProcess:
         """A managed process (not an exec) of a live sandbox; 404 otherwise."""
@@ -318,7 +359,10 @@ class SandboxStore:
                 processes = list(sandbox.processes.values())
             for process in processes:
                 process.stop()
+            self._release_net(sandbox)
         self._spawner.shutdown()
+        self._agents.close()
+        self.networks.close()
 
     def _tick(self) -> None:
         while not self._closed.wait(TICK):

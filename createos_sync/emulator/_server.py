@@ -57,6 +57,7 @@ class Emulator:
         port: int = 0,
         api_key: str | None = None,
         isolation: str = "auto",
+        network: str = "auto",
         transition_delay: float = 0.05,
         journal_bytes: int = 1 << 20,
         frame_bytes: int = 64 * 1024,
@@ -67,6 +68,8 @@ class Emulator:
         _check_loopback(host)
         if isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
+        if network not in ("auto", "private", "shared"):
+            raise ValueError(f"network must be 'auto', 'private' or 'shared', not {network!r}")
         if not 1 <= frame_bytes <= min(journal_bytes, MAX_FRAME_BYTES):
             raise ValueError("need 1 <= frame_bytes <= journal_bytes and <= 768 KiB")
         if transition_delay < 0 or heartbeat_interval <= 0:
@@ -75,6 +78,7 @@ class Emulator:
         self._port = port
         self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
         self._isolation_mode = isolation
+        self._network_mode = network
         self._transition_delay = transition_delay
         self._journal_bytes = journal_bytes
         self._frame_bytes = frame_bytes
@@ -90,6 +94,7 @@ class Emulator:
         self._temp_root: str | None = None
         self.url = ""
         self.isolation = ""
+        self.network = ""
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -110,6 +115,7 @@ class Emulator:
             transition_delay=self._transition_delay,
             journal_bytes=self._journal_bytes,
             frame_bytes=self._frame_bytes,
+            network=self._network_mode,
         )
         app = App(
             self._store,
@@ -130,6 +136,7 @@ class Emulator:
         self.url = f"http://{shown}:{port}"
         self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
         self.isolation = isolation.name
+        self.network = self._store.networks.name
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -137,7 +144,12 @@ class Emulator:
             daemon=True,
         )
         self._thread.start()
-        log.info("CreateOS emulator serving on %s (isolation: %s)", self.url, self.isolation)
+        log.info(
+            "CreateOS emulator serving on %s (isolation: %s, network: %s)",
+            self.url,
+            self.isolation,
+            self.describe_network(),
+        )
         return self
 
     def close(self) -> None:
@@ -203,10 +215,19 @@ class Emulator:
             raise ValueError(f"{path!r} is not under /workspace, /tmp or /home/user")
         return host
 
+    def describe_network(self) -> str:
+        """The network mode in words: where a sandbox's guest agent is, and its egress."""
+        if self.network == "private":
+            return "private (a namespace per sandbox, egress through slirp4netns)"
+        return "shared (the host's; guest agents named in CREATEOS_AGENT_URL)"
+
     def _require_store(self) -> SandboxStore:
         if self._store is None:
             raise RuntimeError("the emulator has not been started")
         return self._store
 
     def __repr__(self) -> str:
-        return f"<Emulator {self.url or 'not started'} isolation={self.isolation or '?'}>"
+        return (
+            f"<Emulator {self.url or 'not started'} isolation={self.isolation or '?'} "
+            f"network={self.network or '?'}>"
+        )

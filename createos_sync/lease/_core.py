@@ -1,8 +1,10 @@
 """The lease's lifecycle: open (create, fork or attach), the containment rule at close.
 
 Request budget: ``open()`` costs one creation request plus status polls
-(none when the sandbox is already running); ``close()`` costs one destroy,
-plus one termination per process still running.
+(none when the sandbox is already running), plus one for the ttl watchdog;
+``close()`` costs one destroy (or, for a kept or paused sandbox, one write
+that stops the watchdog plus the pause), plus one termination per process
+still running.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import _registry, _sandbox
+from .. import _background, _registry, _sandbox
 from .._box import Box
 from .._containment import terminate_unfinished
 from .._deadline import Deadline
 from .._journal import Entry, Journal
 from .._options import LeaseOptions, OnExit
+from .._watchdog import Watchdog
 from ..errors import (
     CreateosCleanupError,
     CreateosError,
@@ -60,7 +63,8 @@ class LeaseCore:
         self._box: Box | None = None
         self._info: SandboxInfo | None = None
         self._journal_name: str | None = None
-        self._timer: threading.Timer | None = None
+        self._lifetime: _background.Job | None = None
+        self._watchdog = Watchdog(options.effective_ttl)
         self._expired = False
         self._pending_failure: CreateosCleanupError | None = None
         self._opened_at: float | None = None
@@ -126,16 +130,27 @@ class LeaseCore:
         except BaseException:
             self._finish_close()
             raise
+        box = Box(transport, info.id, sleep=self._client.sleep)
+        try:
+            # Every way of opening (create, fork, attach) reaches here with the sandbox running.
+            self._watchdog.arm(box, deadline)
+        except BaseException as exc:
+            error = self._open_failed(info.id, exc)
+            self._finish_close()
+            raise error from (None if error is exc else exc)
         with self._lock:
             self._info = info
-            self._box = Box(transport, info.id, sleep=self._client.sleep)
+            self._box = box
             self._state = "open"
             self._opened_at = time.monotonic()
         _registry.add(self)
         if self._options.max_lifetime is not None:
-            self._timer = threading.Timer(self._options.max_lifetime, self._expire)
-            self._timer.daemon = True
-            self._timer.start()
+            self._lifetime = _background.scheduler().call_later(
+                self._options.max_lifetime,
+                self._expire,
+                name=f"max_lifetime of {info.id}",
+                own_thread=True,  # closing may take long: never in the way of renewals
+            )
         log.info("lease open on sandbox %s (%s)", info.id, info.status)
         return self
 
@@ -161,19 +176,30 @@ class LeaseCore:
         try:
             return _sandbox.ensure_running(transport, info.id, deadline, self._client.sleep, info)
         except BaseException as exc:
-            if _sandbox.destroy(transport, info.id, self._cleanup_deadline()):
-                self._journal.remove(name)
-                raise
-            failure = CreateosCleanupError(
-                f"opening the lease failed after sandbox {info.id} was created, and "
-                "destroying the sandbox failed: it may still be running",
-                sandbox_id=info.id,
-                sandbox_destroyed=False,
-            )
-            if not isinstance(exc, Exception):  # KeyboardInterrupt stays what it is
-                attach_cleanup_failure(exc, failure)
-                raise
-            raise failure from exc
+            error = self._open_failed(info.id, exc)
+            raise error from (None if error is exc else exc)
+
+    def _open_failed(self, sandbox_id: str, exc: BaseException) -> BaseException:
+        """Opening failed once the sandbox existed: destroy one this lease made; what to raise.
+
+        ``exc`` itself once the sandbox is destroyed (or was attached, so not
+        ours to destroy), else ``CreateosCleanupError`` naming it.
+        """
+        if not self._options.creates:
+            return exc
+        if _sandbox.destroy(self._client.transport, sandbox_id, self._cleanup_deadline()):
+            self._forget_journal()
+            return exc
+        failure = CreateosCleanupError(
+            f"opening the lease failed after sandbox {sandbox_id} was created, and "
+            "destroying the sandbox failed: it may still be running",
+            sandbox_id=sandbox_id,
+            sandbox_destroyed=False,
+        )
+        if not isinstance(exc, Exception):  # KeyboardInterrupt stays what it is
+            attach_cleanup_failure(exc, failure)
+            return exc
+        return failure
 
     def close(self, *, fresh_session: bool = False) -> None:
         """Terminate unfinished processes, then apply ``on_exit``; idempotent.
@@ -204,8 +230,8 @@ class LeaseCore:
         if wait_for_other:
             self._closed_event.wait()
             return
-        if self._timer is not None:
-            self._timer.cancel()
+        if self._lifetime is not None:
+            self._lifetime.cancel()
         if fresh_session:
             self._client.transport.reset_session()
         failure: CreateosCleanupError | None = None
@@ -221,6 +247,9 @@ class LeaseCore:
         box = self._box
         if box is None:
             return None
+        if self._watchdog.gone:  # deleted by its watchdog (or by someone else): nothing is left
+            self._forget_journal()
+            return None
         deadline = self._cleanup_deadline()
         try:
             terminate_unfinished(box.transport, box.sandbox_id, box.table, deadline)
@@ -235,6 +264,7 @@ class LeaseCore:
         if box.table.poisoned:
             return self._destroy_poisoned(box, deadline)
         if self._on_exit == "destroy":
+            self._watchdog.cancel()
             if not _sandbox.destroy(box.transport, box.sandbox_id, deadline):
                 return CreateosCleanupError(
                     f"sandbox {box.sandbox_id} could not be destroyed: it may still be running "
@@ -243,7 +273,12 @@ class LeaseCore:
                     sandbox_destroyed=False,
                 )
             self._info = None
-        elif self._on_exit == "pause":
+            self._forget_journal()
+            return None
+        failure = self._stop_watchdog(box)
+        if failure is not None or self._watchdog.gone:
+            return failure
+        if self._on_exit == "pause":
             try:
                 self._info = _sandbox.pause(
                     box.transport, box.sandbox_id, deadline, self._client.sleep
@@ -257,8 +292,25 @@ class LeaseCore:
         self._forget_journal()
         return None
 
+    def _stop_watchdog(self, box: Box) -> CreateosCleanupError | None:
+        """Before keeping or pausing the sandbox at close: its watchdog must not fire later."""
+        try:
+            self._watchdog.stop()
+        except CreateosError as exc:
+            return CreateosCleanupError(
+                f"the ttl watchdog of sandbox {box.sandbox_id} could not be stopped ({exc}): "
+                f"the sandbox will delete itself within {self._watchdog.ttl:g} s instead of "
+                f"being {'kept' if self._on_exit == 'keep' else 'paused'}",
+                sandbox_id=box.sandbox_id,
+                sandbox_destroyed=None,
+            )
+        if self._watchdog.gone:
+            self._forget_journal()
+        return None
+
     def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
         why, suspects = box.table.why_poisoned(), box.table.unconfirmed_ids
+        self._watchdog.cancel()
         destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
         if destroyed:
             self._forget_journal()
@@ -281,6 +333,7 @@ class LeaseCore:
         if box is None:
             return
         box.closing.set()
+        self._watchdog.cancel()
         if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
             log.warning("destroyed sandbox %s after a second interrupt", box.sandbox_id)
             self._forget_journal()
@@ -294,8 +347,9 @@ class LeaseCore:
             self._state = "closed"
             self._closed_event.set()
         _registry.discard(self)
-        if self._timer is not None:
-            self._timer.cancel()
+        self._watchdog.cancel()
+        if self._lifetime is not None:
+            self._lifetime.cancel()
         if self._owns_client:
             self._client.close()
 
@@ -365,6 +419,7 @@ class LeaseCore:
                 sandbox_id=box.sandbox_id,
                 process_ids=box.table.unconfirmed_ids,
             )
+        self._watchdog.verify()
         return box
 
     def _command_timeout(self) -> float:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from .. import _api, _sandbox
+from ..errors import CreateosError
 from ..models import SandboxInfo
 from ._core import LeaseCore
+
+log = logging.getLogger("createos_sync.lease")
 
 
 class FeatureMethods(LeaseCore):
@@ -18,16 +23,34 @@ class FeatureMethods(LeaseCore):
         return info
 
     def pause(self) -> SandboxInfo:
-        """Pause the sandbox and wait until it is paused; files and processes are kept."""
+        """Pause the sandbox and wait until it is paused; files and processes are kept.
+
+        With a ttl, the watchdog is disarmed first (a paused sandbox's clock
+        jumps when it resumes): 1 request more than the pause and its polls.
+        """
         box = self._usable_box()
-        self._info = _sandbox.pause(box.transport, box.sandbox_id, self._op_deadline(), box.sleep)
+        self._watchdog.hold()
+        try:
+            self._info = _sandbox.pause(
+                box.transport, box.sandbox_id, self._op_deadline(), box.sleep
+            )
+        except BaseException:
+            try:
+                self._watchdog.rearm()  # still running, most likely: keep the switch armed
+            except CreateosError as exc:
+                log.warning("re-arming the ttl watchdog after a failed pause failed: %s", exc)
+            raise
         return self._info
 
     def resume(self) -> SandboxInfo:
-        """Resume the sandbox and wait until it runs again."""
+        """Resume the sandbox and wait until it runs again.
+
+        With a ttl, the watchdog is re-armed before this returns: 1 request
+        more than the resume and its polls.
+        """
         box = self._usable_box()
         self._info = _sandbox.ensure_running(
             box.transport, box.sandbox_id, self._op_deadline(), box.sleep
         )
+        self._watchdog.rearm()
         return self._info
-
