@@ -92,7 +92,7 @@ def test_429_retry_after_past_the_deadline_is_raised_not_waited(service: Service
 
 def test_creation_is_retried_after_429(client: Client, service: Service) -> None:
     service.create_sandbox(http=429)
-    service.create_sandbox()
+    service.open_running()
     box = client.lease().open()
     assert box.id == SANDBOX
     box._finish_close()
@@ -145,7 +145,7 @@ def test_connection_never_made_is_retried_even_for_creation(
         )  # type: ignore[arg-type]
     )
     service.add("POST", "/sandboxes", body=refused)
-    service.create_sandbox()
+    service.open_running()
     box = client.lease().open()
     assert box.id == SANDBOX
     box._finish_close()

@@ -53,15 +53,23 @@ def start_background(lease: cs.Lease, service: Service, release: threading.Event
 # --- opening ------------------------------------------------------------------
 
 
-def test_open_and_close_cost_two_requests_when_created_running(
+def test_open_and_close_cost_three_requests_when_created_running(
     client: Client, service: Service
 ) -> None:
     service.open_running()
     service.destroy_sandbox()
     with client.lease() as box:
         assert box.id == SANDBOX and box.status == "running"
-    assert len(service.mock.calls) == 2
+    assert len(service.mock.calls) == 3  # creation, the ttl watchdog, destroy
     assert box.closed
+
+
+def test_without_ttl_open_and_close_cost_two_requests(client: Client, service: Service) -> None:
+    service.create_sandbox("running")
+    service.destroy_sandbox()
+    with client.lease(ttl=None):
+        pass
+    assert len(service.mock.calls) == 2
 
 
 def test_open_sends_a_unique_name_and_the_settings(client: Client, service: Service) -> None:
@@ -84,6 +92,7 @@ def test_open_polls_until_running_backing_off(
     service.create_sandbox("creating")
     for status in ("creating", "creating", "creating", "running"):
         service.get_sandbox(status)
+    service.watchdog()
     service.destroy_sandbox()
     with client.lease():
         pass
@@ -173,9 +182,13 @@ def test_on_exit_pause_waits_until_paused(client: Client, service: Service) -> N
     service.add("POST", f"/sandboxes/{SANDBOX}/pause", 202, {"id": SANDBOX, "status": "pausing"})
     service.get_sandbox("pausing")
     service.get_sandbox("paused")
+    service.ttl_write()
     with client.lease(on_exit="pause") as box:
         pass
     assert box.closed and not service.calls("DELETE")
+    [stop] = service.calls("PUT", "/files")  # the watchdog stopped before the pause
+    assert stop.request.body == b"stop\n"
+    assert service.mock.calls.index(stop) < service.mock.calls.index(service.calls("POST")[-1])
 
 
 def test_failed_destroy_is_never_hidden(client: Client, service: Service) -> None:
@@ -243,6 +256,7 @@ def test_termination_404_counts_as_confirmed(
     box = client.lease(on_exit="keep").open()
     start_background(box, service, release)
     service.terminate(http=404)
+    service.ttl_write()
     box.close()
     assert len(service.calls("DELETE")) == 1
 
@@ -256,6 +270,7 @@ def test_tree_still_running_is_confirmed_by_a_later_read(
     service.terminate(tree_exited=False)
     service.terminate(tree_exited=False)
     service.get_process(tree_exited=True)
+    service.ttl_write()
     box.close()
     assert not service.calls("DELETE", f"/sandboxes/{SANDBOX}?")  # kept: no destroy
 
@@ -360,6 +375,10 @@ def test_lease_from_environment_owns_its_client(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("CREATEOS_API_URL", "https://api.test/v1/")
     monkeypatch.setenv("CREATEOS_SHAPE", "s-4vcpu-8gb")
     responses.add("POST", API + "/sandboxes", json={"status": "success", "data": sandbox()})
+    responses.add(
+        "POST", API + f"/sandboxes/{SANDBOX}/processes",
+        json={"status": "success", "data": {"process_id": "proc-ttl"}},
+    )  # fmt: skip
     responses.add("DELETE", API + f"/sandboxes/{SANDBOX}", json={"status": "success", "data": {}})
     with cs.lease() as box:
         assert box.client.config.base_url == "https://api.test"

@@ -28,6 +28,7 @@ def ingress_on(**extra: Any) -> dict[str, Any]:
 def box(client: Client, service: Service) -> Iterator[cs.Lease]:
     """An open lease on a running sandbox; 2 requests (creation, destroy) are not the test's."""
     service.create_sandbox(body=sandbox(ingress_enabled=False, ingress_url_template=TEMPLATE))
+    service.watchdog()
     lease = client.lease().open()
     yield lease
     service.destroy_sandbox()
@@ -38,7 +39,7 @@ def sent(service: Service, method: str, path: str = "") -> list[Any]:
     return [
         json.loads(c.request.body) if c.request.body else None
         for c in service.calls(method)
-        if path in c.request.url
+        if c.request.url.split("?")[0].endswith(path)
     ]
 
 
@@ -147,6 +148,7 @@ def test_lease_with_ingress_sends_it_and_keeps_the_template(
     client: Client, service: Service
 ) -> None:
     service.create_sandbox(body=ingress_on())
+    service.watchdog()
     service.destroy_sandbox()
     with client.lease(ingress=True) as box:
         assert box.preview_url(3000) == "https://3000-sb-1.sb.createos.sh/"
@@ -163,13 +165,14 @@ def test_bad_ports_are_refused(
     client: Client, service: Service, port: Any, error: type[Exception]
 ) -> None:
     service.create_sandbox(body=ingress_on())
+    service.watchdog()
     service.destroy_sandbox()
     with client.lease(ingress=True) as box:
         with pytest.raises(error):
             box.preview_url(port)
         with pytest.raises(error):
             box.wait_for_port(port)
-    assert len(service.mock.calls) == 2
+    assert len(service.mock.calls) == 3  # creation, the ttl watchdog, destroy
 
 
 @pytest.mark.parametrize(
@@ -191,6 +194,7 @@ def test_unsafe_templates_never_become_urls(
     client: Client, service: Service, template: Any
 ) -> None:
     service.create_sandbox(body=sandbox(ingress_enabled=True, ingress_url_template=template))
+    service.watchdog()
     service.destroy_sandbox()
     with client.lease(ingress=True) as box:
         with pytest.raises(cs.ProtocolError) as caught:
@@ -209,6 +213,7 @@ def test_unsafe_templates_never_become_urls(
 )
 def test_plausible_templates(client: Client, service: Service, template: str, url: str) -> None:
     service.create_sandbox(body=sandbox(ingress_enabled=True, ingress_url_template=template))
+    service.watchdog()
     service.destroy_sandbox()
     with client.lease(ingress=True) as box:
         assert box.preview_url(80) == url
@@ -332,6 +337,7 @@ def test_request_budget_matches_the_docstring(
     client: Client, service: Service, method: str
 ) -> None:
     service.create_sandbox(body=ingress_on())
+    service.watchdog()
     service.destroy_sandbox()
     script, call = BUDGETS[method]
     script(service)

@@ -181,7 +181,7 @@ def test_stdin_is_staged_as_a_file_and_redirected(box: Any, service: Service) ->
     wrapper = service.process_bodies()[0]["args"][1]
     assert f"f={staged};" in wrapper and 'exec 0<"$f"' in wrapper and 'rm -f -- "$f"' in wrapper
     assert "secret input" not in json.dumps(service.process_bodies())
-    assert len(service.mock.calls) == 1 + 4  # open + PUT, create, connect, release
+    assert len(service.mock.calls) == 2 + 4  # open (2) + PUT, create, connect, release
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ API = BASE + "/v1"
 KEY = "sk-live-SECRET-abc123"
 SANDBOX = "sb-1"
 PROCESS = "proc-1"
+WATCHDOG = "proc-ttl"
 
 
 def envelope(data: Any) -> dict[str, Any]:
@@ -81,6 +82,12 @@ def process(tree_exited: bool | None = None, **extra: Any) -> dict[str, Any]:
     return {**record, **extra}
 
 
+def _is_watchdog(request: Any) -> bool:
+    if request.method != "POST" or not request.url.endswith("/processes"):
+        return False
+    return bool(json.loads(request.body)["args"][2:3] == ["createos-sync-ttl"])
+
+
 class Service:
     """Registers endpoint answers on a ``responses`` mock, in call order."""
 
@@ -115,7 +122,18 @@ class Service:
         self.add("DELETE", f"/sandboxes/{SANDBOX}", http, body)
 
     def open_running(self) -> None:
+        """A creation answered ``running``, then the ttl watchdog's creation."""
         self.create_sandbox("running")
+        self.watchdog()
+
+    def watchdog(self, http: int = 201) -> None:
+        """The ttl watchdog's process creation (every lease with a ttl opens with it)."""
+        body = None if http >= 400 else process(process_id=WATCHDOG)
+        self.add("POST", f"/sandboxes/{SANDBOX}/processes", http, body)
+
+    def ttl_write(self, http: int = 200) -> None:
+        """A write of the ttl file (a renewal, or hold / stop); the path is the lease's own."""
+        self.add("PUT", f"/sandboxes/{SANDBOX}/files", http, None if http >= 400 else {})
 
     # processes
     def create_process(self, http: int = 201, body: Any = None) -> None:
@@ -155,13 +173,17 @@ class Service:
 
     # inspection
     def calls(self, method: str | None = None, contains: str = "") -> list[Any]:
+        """The calls made, the ttl watchdog's creation left out (``mock.calls`` has them all)."""
         return [
             c
             for c in self.mock.calls
-            if (method is None or c.request.method == method) and contains in c.request.url
+            if (method is None or c.request.method == method)
+            and contains in c.request.url
+            and not _is_watchdog(c.request)
         ]
 
     def process_bodies(self) -> Sequence[dict[str, Any]]:
+        """The bodies of the user's process creations (the ttl watchdog's left out)."""
         return [
             json.loads(c.request.body)
             for c in self.calls("POST", "/processes")
