@@ -19,6 +19,7 @@ import signal
 
 from .. import files
 from .._command import Command, validate_env
+from .._options import DEFAULT_TTL, MIN_TTL
 from ..errors import CreateosError
 from ..lease import Lease
 from ..result import RunResult
@@ -88,6 +89,14 @@ def add_parser(
         "--keep", action="store_true", help="leave the sandbox running and print its id"
     )
     parser.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=...,
+        metavar="SECONDS",
+        help="the sandbox deletes itself this long after this CLI stops renewing it, even if "
+        f"the CLI is killed (default {DEFAULT_TTL:g}; 0 turns it off)",
+    )
+    parser.add_argument(
         "--local", action="store_true", help="run on an in-process emulator (no account needed)"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
@@ -105,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
     if args.local and args.keep:
         raise UsageError("--keep cannot be used with --local: the emulator ends with this command")
     with signals_interrupt(), _local.client(local=args.local) as client:
-        lease = client.lease(args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None)
+        lease = client.lease(
+            args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None, ttl=args.ttl
+        )
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
                 say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
@@ -198,6 +209,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _ttl(text: str) -> float | None:
+    """``--ttl``: seconds, or 0 for none."""
+    if text.strip() in ("0", "0.0"):
+        return None
+    value = _seconds(text)
+    if value < MIN_TTL:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_TTL:g} seconds, or 0 for none")
     return value
 
 

@@ -1,0 +1,313 @@
+"""The ttl watchdog over the wire: its creation, renewals, retries, disarming, expiry."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+import pytest
+import requests
+
+import createos_sync as cs
+from createos_sync import Client
+from createos_sync._background import Job
+from createos_sync._box import Box
+from createos_sync._deadline import Deadline
+from createos_sync._watchdog import HOLD, SCRIPT, STOP, Watchdog
+
+from .wire import SANDBOX, WATCHDOG, Service, process
+
+TTL = 20.0
+PERIOD = TTL / 3
+
+
+class FakeScheduler:
+    """Records jobs instead of running them; a test runs them when it wants."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[float, Job]] = []
+
+    def call_later(
+        self, delay: float, action: Callable[[], object], *, name: str, own_thread: bool = False
+    ) -> Job:
+        job = Job(delay, action, name, own_thread)
+        self.jobs.append((delay, job))
+        return job
+
+    def next_delay(self) -> float:
+        live = [delay for delay, job in self.jobs if not job.cancelled]
+        assert len(live) == 1, f"expected one pending renewal, found {len(live)}"
+        return live[0]
+
+    def run_next(self) -> None:
+        [job] = [job for _, job in self.jobs if not job.cancelled]
+        job.cancel()  # what the real scheduler does: a job runs once
+        job.action()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fake() -> FakeScheduler:
+    return FakeScheduler()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def watchdog(client: Client, service: Service, fake: FakeScheduler, clock: Clock) -> Watchdog:
+    """An armed watchdog (its creation, 1 request, is made here)."""
+    dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
+    service.watchdog()
+    dog.arm(Box(client.transport, SANDBOX, sleep=lambda s: None), Deadline.after(10))
+    return dog
+
+
+def writes(service: Service) -> list[bytes]:
+    return [c.request.body for c in service.calls("PUT", "/files")]
+
+
+def test_arming_is_one_process_creation_of_the_bash_script(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler
+) -> None:
+    [call] = service.mock.calls
+    body = json.loads(call.request.body)
+    assert body["cmd"] == "/bin/bash"
+    assert body["args"] == ["-c", SCRIPT, "createos-sync-ttl", watchdog.name, "20", "2"]
+    assert watchdog.process_id == WATCHDOG and watchdog.state == "armed"
+    assert fake.next_delay() == pytest.approx(PERIOD)  # the first renewal, a third of the ttl on
+
+
+def test_each_renewal_is_one_write_of_a_new_counter(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler
+) -> None:
+    for _ in range(3):
+        service.ttl_write()
+        fake.run_next()
+        assert fake.next_delay() == pytest.approx(PERIOD)
+    assert writes(service) == [b"1\n", b"2\n", b"3\n"]
+    paths = [c.request.params["path"] for c in service.calls("PUT", "/files")]
+    assert set(paths) == {f"/tmp/{watchdog.name}"}
+    assert len(service.mock.calls) == 1 + 3
+
+
+def test_failed_renewals_are_retried_sooner_and_warn_before_the_deadline(
+    watchdog: Watchdog,
+    service: Service,
+    fake: FakeScheduler,
+    clock: Clock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="createos_sync.watchdog")
+    delays = []
+    clock.now += PERIOD
+    for _ in range(5):
+        service.ttl_write(http=400)  # refused: the transport does not repeat it
+        fake.run_next()
+        delays.append(fake.next_delay())
+        clock.now += delays[-1]
+    assert delays == [1.0, 2.0, 4.0, pytest.approx(PERIOD), pytest.approx(PERIOD)]
+    assert len(writes(service)) == 5  # one request per attempt
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "may delete it" in warnings[0].getMessage()
+    service.ttl_write()
+    fake.run_next()  # a renewal that lands ends the streak
+    assert fake.next_delay() == pytest.approx(PERIOD)
+
+
+def test_a_sandbox_found_gone_past_the_ttl_makes_the_next_call_raise_lease_expired(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler, clock: Clock
+) -> None:
+    clock.now += TTL + 5  # frozen for longer than the ttl
+    service.ttl_write(http=404)
+    service.add("GET", f"/sandboxes/{SANDBOX}", 404)
+    fake.run_next()
+    assert watchdog.gone and fake.jobs[-1][1].cancelled
+    with pytest.raises(cs.LeaseExpired, match=SANDBOX) as caught:
+        watchdog.verify()
+    assert caught.value.sandbox_id == SANDBOX and isinstance(caught.value, cs.SandboxUnavailable)
+    assert len(service.mock.calls) == 1 + 2  # no request more for the verdict
+
+
+def test_a_sandbox_destroyed_by_someone_else_is_not_called_expired(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler, clock: Clock
+) -> None:
+    clock.now += PERIOD
+    service.ttl_write(http=404)
+    service.get_sandbox("destroyed")
+    fake.run_next()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        watchdog.verify()
+    assert not isinstance(caught.value, cs.LeaseExpired)
+
+
+def test_verify_is_free_while_renewals_land(watchdog: Watchdog, service: Service) -> None:
+    for _ in range(3):
+        watchdog.verify()
+    assert len(service.mock.calls) == 1
+
+
+def test_an_overdue_lease_checks_in_once_before_a_call(
+    watchdog: Watchdog, service: Service, clock: Clock
+) -> None:
+    clock.now += TTL  # the program was frozen: the background renewals never ran
+    service.ttl_write()
+    watchdog.verify()  # it lived: renewed, and the call goes on
+    assert writes(service) == [b"1\n"]
+    watchdog.verify()
+    assert len(service.mock.calls) == 2
+    clock.now += TTL
+    service.ttl_write(http=404)
+    service.add("GET", f"/sandboxes/{SANDBOX}", 404)
+    with pytest.raises(cs.LeaseExpired):
+        watchdog.verify()
+
+
+def test_a_paused_sandbox_is_not_a_failed_renewal(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.ttl_write(http=409)  # not running: its watchdog is frozen with it
+    fake.run_next()
+    assert fake.next_delay() == pytest.approx(PERIOD)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_hold_rearm_and_stop_are_one_write_each(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler
+) -> None:
+    service.ttl_write()
+    watchdog.hold()
+    assert watchdog.state == "held" and fake.jobs[-1][1].cancelled
+    service.ttl_write()
+    watchdog.rearm()
+    assert fake.next_delay() == pytest.approx(PERIOD)
+    service.ttl_write()
+    watchdog.stop()
+    assert writes(service) == [HOLD, b"1\n", STOP]
+    assert all(job.cancelled for _, job in fake.jobs)
+    watchdog.stop()
+    watchdog.cancel()
+    assert len(service.mock.calls) == 1 + 3
+
+
+def test_a_renewal_due_during_a_hold_sends_nothing(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler
+) -> None:
+    stale = fake.jobs[-1][1]
+    service.ttl_write()
+    watchdog.hold()
+    stale.action()  # a tick that was already on its way
+    assert writes(service) == [HOLD]
+
+
+def test_a_lost_creation_answer_is_resolved_by_the_process_list(
+    client: Client, service: Service, fake: FakeScheduler, clock: Clock
+) -> None:
+    dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
+    service.add("POST", f"/sandboxes/{SANDBOX}/processes", body=requests.ConnectionError("reset"))
+    listed = process(process_id="proc-found", args=["-c", "...", "createos-sync-ttl", dog.name])
+    service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": [listed]})
+    dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
+    assert dog.process_id == "proc-found" and dog.state == "armed"
+    assert len(service.mock.calls) == 2  # never created twice
+
+
+def test_a_lost_creation_answer_not_found_fails_and_stops_any_watchdog(
+    client: Client, service: Service, fake: FakeScheduler, clock: Clock
+) -> None:
+    dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
+    service.add("POST", f"/sandboxes/{SANDBOX}/processes", body=requests.ConnectionError("reset"))
+    service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": []})
+    service.ttl_write()
+    with pytest.raises(cs.CreateosApiError):
+        dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
+    assert writes(service) == [STOP] and fake.jobs == []
+
+
+# --- through the lease --------------------------------------------------------
+
+
+def test_a_lease_without_ttl_starts_no_watchdog(client: Client, service: Service) -> None:
+    service.create_sandbox()
+    service.destroy_sandbox()
+    with client.lease(ttl=None):
+        pass
+    assert [c.request.method for c in service.mock.calls] == ["POST", "DELETE"]
+
+
+def test_an_attached_lease_has_no_ttl_unless_given(client: Client, service: Service) -> None:
+    service.get_sandbox("running")
+    with client.lease(sandbox_id=SANDBOX):
+        pass
+    service.get_sandbox("running")
+    service.watchdog()
+    service.ttl_write()
+    with client.lease(sandbox_id=SANDBOX, ttl=60):
+        pass
+    assert writes(service) == [STOP]  # kept, as attached leases are: the watchdog let go
+
+
+def test_keep_at_close_stops_the_watchdog_and_a_failed_stop_is_reported(
+    client: Client, service: Service
+) -> None:
+    service.open_running()
+    service.ttl_write(http=400)
+    lease = client.lease(on_exit="keep").open()
+    with pytest.raises(cs.CreateosCleanupError, match="will delete itself within 900 s") as caught:
+        lease.close()
+    assert caught.value.sandbox_id == SANDBOX and caught.value.sandbox_destroyed is None
+
+
+def test_destroy_at_close_sends_nothing_to_the_watchdog(client: Client, service: Service) -> None:
+    service.open_running()
+    service.destroy_sandbox()
+    with client.lease():
+        pass
+    assert not writes(service)
+
+
+def test_pause_disarms_first_and_resume_rearms_before_returning(
+    client: Client, service: Service
+) -> None:
+    service.open_running()
+    with client.lease() as box:
+        service.ttl_write()
+        service.add("POST", f"/sandboxes/{SANDBOX}/pause", 202, {"id": SANDBOX})
+        service.get_sandbox("paused")
+        before = len(service.mock.calls)
+        box.pause()
+        assert len(service.mock.calls) - before == 3  # hold, pause, one poll
+        service.get_sandbox("paused")
+        service.add("POST", f"/sandboxes/{SANDBOX}/resume", 202, {"id": SANDBOX})
+        service.get_sandbox("running")
+        service.ttl_write()
+        before = len(service.mock.calls)
+        box.resume()
+        assert len(service.mock.calls) - before == 4  # read, resume, one poll, re-arm
+        service.destroy_sandbox()
+    assert writes(service) == [HOLD, b"1\n"]
+    methods = [c.request.method + " " + c.request.url.split("/v1")[1] for c in service.mock.calls]
+    assert methods.index(f"PUT /sandboxes/{SANDBOX}/files?path=%2Ftmp%2F" + box._watchdog.name) < (
+        methods.index(f"POST /sandboxes/{SANDBOX}/pause")
+    )
+
+
+def test_a_failed_watchdog_start_destroys_the_sandbox_it_was_for(
+    client: Client, service: Service
+) -> None:
+    service.create_sandbox()
+    service.watchdog(http=400)
+    service.destroy_sandbox()
+    with pytest.raises(cs.CreateosApiError, match="ttl watchdog"):
+        client.lease().open()
+    assert len(service.calls("DELETE")) == 1
