@@ -12,9 +12,12 @@ content, and the watchdog times how long it stayed unchanged.
 
 Contents of the file: a counter (armed: each new value restarts the count),
 ``hold`` (disarmed but kept: written before a pause), ``stop`` (the watchdog
-exits: written at close when the sandbox is kept or paused). A file write is
-confirmed by the service and retried safely, so a disarm is durable: once
-the PUT answered, the watchdog will read it before it could ever fire.
+exits). A file write is confirmed by the service and retried safely, so a
+disarm is durable: once the PUT answered, the watchdog will read it before
+it could ever fire. At close, when the sandbox is kept or paused, the
+watchdog is terminated instead (confirmed by ``tree_exited``, so that a kept
+sandbox runs nothing of ours), and only if that stays unconfirmed is
+``stop`` written.
 
 A watchdog that finds its clock jumped (it slept far longer than it asked,
 as a process of a paused and resumed sandbox does, after an auto-pause say)
@@ -29,7 +32,8 @@ run out) and its close is quiet.
 Request budget: starting costs 1 (the process creation; the watchdog counts
 from its own start, so no first renewal is needed), renewing 1 per ``ttl /
 3`` (12 an hour at the default ttl of 900 s); ``hold``, ``rearm`` and ``stop``
-1 each. A creation whose answer was lost costs 1 more (the process list that
+1 each (``stop`` up to 4 when the termination needs its retry, its read and
+then the write). A creation whose answer was lost costs 1 more (the process list that
 finds it by its file name).
 """
 
@@ -43,6 +47,7 @@ from collections.abc import Callable
 
 from . import _api, _background
 from ._box import Box
+from ._containment import terminate_confirmed
 from ._deadline import Deadline
 from ._retry import Repeat
 from .errors import (
@@ -222,14 +227,24 @@ class Watchdog:
             self._schedule(self.period)
 
     def stop(self) -> None:
-        """Let go at close when the sandbox is kept or paused: the watchdog exits (1 request).
+        """Let go at close when the sandbox is kept or paused: terminate the watchdog (1 request).
 
-        Raises the write's error; a sandbox found gone instead is recorded (``gone``).
+        An unconfirmed termination falls back on writing ``stop``; that
+        write's error is raised. A sandbox found gone instead is recorded (``gone``).
         """
         with self._lock:
+            if self._state == "armed" and self._overdue():
+                self._renew_locked()  # frozen past the ttl? then the sandbox may be gone
             if self._state not in ("armed", "held"):
                 return
             self._cancel_job()
+            box = self._box
+            assert box is not None and self.process_id is not None
+            if terminate_confirmed(
+                box.transport, box.sandbox_id, self.process_id, deadline=box.cleanup_deadline()
+            ):
+                self._state = "stopped"
+                return
             try:
                 self._write(STOP)
             except CreateosApiError as exc:

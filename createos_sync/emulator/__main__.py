@@ -63,12 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
-        print(f"network: {emulator.describe_network()}")
         print(
             f"export CREATEOS_API_URL={shlex.quote(emulator.url)} "
             f"CREATEOS_API_KEY={shlex.quote(emulator.api_key)}",
             flush=True,
         )
+        print(f"network: {emulator.describe_network()}", flush=True)
         while not stop.wait(0.5):
             pass
     finally:

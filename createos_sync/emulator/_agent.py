@@ -71,6 +71,8 @@ class GuestAgents:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             thread = self._thread
         self._wake()

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
+from createos_sync._watchdog import NAME as WATCHDOG_NAME
 from createos_sync.emulator import Emulator
 
 from ..waiting import wait_until as wait_until  # re-exported for the tests here
@@ -41,9 +42,25 @@ def operations(emulator: Emulator, sandbox_id: str | None = None) -> list[tuple[
     ]
 
 
-def processes_of(emulator: Emulator, sandbox_id: str | None) -> list[Any]:
-    """The live processes the emulator's kernel view still finds in one sandbox."""
-    return [p for p in emulator.live_processes() if p.sandbox_id == sandbox_id]
+def processes_of(
+    emulator: Emulator, sandbox_id: str | None, *, watchdog: bool = False
+) -> list[Any]:
+    """The live processes the emulator's kernel view still finds in one sandbox.
+
+    The lease's own ttl watchdog is left out unless ``watchdog`` is true: it
+    runs for as long as the lease is open, and is not a process of the user's.
+    """
+    found = [p for p in emulator.live_processes() if p.sandbox_id == sandbox_id]
+    return found if watchdog else [p for p in found if not is_watchdog(emulator, p)]
+
+
+def is_watchdog(emulator: Emulator, live: Any) -> bool:
+    """Whether a live process is a lease's ttl watchdog (its args name it)."""
+    try:
+        process = emulator._require_store().get(live.sandbox_id).processes[live.process_id]
+    except Exception:  # its sandbox or record is gone meanwhile
+        return False
+    return process.command.args[2:3] == [WATCHDOG_NAME]
 
 
 def proc_state(pid: int) -> str | None:

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 # --- request budget of a lease (a promise of the README) -----------------------
 
 
-def test_open_and_close_cost_two_requests_plus_status_polls(emulator: Emulator) -> None:
+def test_open_and_close_cost_three_requests_plus_status_polls(emulator: Emulator) -> None:
     recorder = UrlRecorder()
     with emulator.client(requests_per_minute=FAST, session=recorder.session) as client:
         emulator.clear_request_log()
@@ -43,17 +43,18 @@ def test_open_and_close_cost_two_requests_plus_status_polls(emulator: Emulator) 
             sandbox_id = lease.id
         closed = operations(emulator)[len(opened) :]
 
-    polls = len(opened) - 1
-    assert opened == [("sandbox.create", 201)] + [("sandbox.get", 200)] * polls
+    polls = len(opened) - 2
+    watchdog = [("process.create", 201)]  # the ttl watchdog, once the sandbox runs
+    assert opened == [("sandbox.create", 201)] + [("sandbox.get", 200)] * polls + watchdog
     assert closed == [("sandbox.delete", 200)]
-    assert len(opened) + len(closed) == 2 + polls
+    assert len(opened) + len(closed) == 3 + polls
     # No poll was wasted: the creation's answer and every poll but the last still
     # saw the sandbox starting (none at all if it was running at once).
     assert recorder.sandbox_states == ["creating"] * polls + ["running"]
     assert sandbox_id not in emulator.live_sandboxes()
 
 
-def test_open_and_close_of_an_instantly_running_sandbox_cost_two_requests() -> None:
+def test_open_and_close_of_an_instantly_running_sandbox_cost_three_requests() -> None:
     with (
         own_emulator(transition_delay=0) as emu,
         emu.client(requests_per_minute=FAST) as client,
@@ -61,6 +62,12 @@ def test_open_and_close_of_an_instantly_running_sandbox_cost_two_requests() -> N
         emu.clear_request_log()
         with client.lease() as lease:
             assert lease.status == "running"
+        assert operations(emu) == [
+            ("sandbox.create", 201), ("process.create", 201), ("sandbox.delete", 200)
+        ]  # fmt: skip
+        emu.clear_request_log()
+        with client.lease(ttl=None):
+            pass
         assert operations(emu) == [("sandbox.create", 201), ("sandbox.delete", 200)]
 
 
@@ -78,7 +85,12 @@ def _count(emulator: Emulator, sandbox_id: str) -> int:
     return int(text)
 
 
-def test_pause_freezes_processes_and_resume_keeps_files(emulator: Emulator, box: Lease) -> None:
+def test_pause_freezes_processes_and_resume_keeps_files(emulator: Emulator, client: Client) -> None:
+    with client.lease(ttl=None) as box:  # no watchdog: the sandbox's processes are the counter's
+        _pause_freezes_processes_and_resume_keeps_files(emulator, box)
+
+
+def _pause_freezes_processes_and_resume_keeps_files(emulator: Emulator, box: Lease) -> None:
     sandbox_id = box.id
     assert sandbox_id is not None
     box.write_file("/workspace/kept.txt", b"still here")
@@ -171,7 +183,7 @@ def test_on_exit_keep_leaves_the_sandbox_running_without_processes(
 
 
 def test_destroy_leaves_no_process_behind(emulator: Emulator, client: Client) -> None:
-    with client.lease() as lease:
+    with client.lease(ttl=None) as lease:  # no watchdog: the test counts the sandbox's processes
         sandbox_id = lease.id
         storage = emulator.sandbox_path(sandbox_id or "", "/workspace")
         lease.start("sleep 1000 & sleep 1000 & wait")
@@ -186,7 +198,7 @@ def test_destroy_leaves_no_process_behind(emulator: Emulator, client: Client) ->
 def test_destroy_from_elsewhere_kills_processes_the_lease_still_runs(
     emulator: Emulator, client: Client
 ) -> None:
-    lease = client.lease(on_exit="keep").open()
+    lease = client.lease(on_exit="keep", ttl=None).open()  # no watchdog among its processes
     try:
         lease.start("sleep 1000")
         assert len(processes_of(emulator, lease.id)) == 1

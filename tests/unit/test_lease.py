@@ -182,12 +182,11 @@ def test_on_exit_pause_waits_until_paused(client: Client, service: Service) -> N
     service.add("POST", f"/sandboxes/{SANDBOX}/pause", 202, {"id": SANDBOX, "status": "pausing"})
     service.get_sandbox("pausing")
     service.get_sandbox("paused")
-    service.ttl_write()
+    service.stop_watchdog()
     with client.lease(on_exit="pause") as box:
         pass
-    assert box.closed and not service.calls("DELETE")
-    [stop] = service.calls("PUT", "/files")  # the watchdog stopped before the pause
-    assert stop.request.body == b"stop\n"
+    [stop] = service.calls("DELETE")  # the watchdog terminated before the pause, nothing else
+    assert box.closed and stop.request.url.split("?")[0].endswith("/processes/proc-ttl")
     assert service.mock.calls.index(stop) < service.mock.calls.index(service.calls("POST")[-1])
 
 
@@ -256,9 +255,9 @@ def test_termination_404_counts_as_confirmed(
     box = client.lease(on_exit="keep").open()
     start_background(box, service, release)
     service.terminate(http=404)
-    service.ttl_write()
+    service.stop_watchdog()
     box.close()
-    assert len(service.calls("DELETE")) == 1
+    assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 1
 
 
 def test_tree_still_running_is_confirmed_by_a_later_read(
@@ -270,7 +269,7 @@ def test_tree_still_running_is_confirmed_by_a_later_read(
     service.terminate(tree_exited=False)
     service.terminate(tree_exited=False)
     service.get_process(tree_exited=True)
-    service.ttl_write()
+    service.stop_watchdog()
     box.close()
     assert not service.calls("DELETE", f"/sandboxes/{SANDBOX}?")  # kept: no destroy
 

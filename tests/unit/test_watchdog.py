@@ -191,13 +191,25 @@ def test_hold_rearm_and_stop_are_one_write_each(
     service.ttl_write()
     watchdog.rearm()
     assert fake.next_delay() == pytest.approx(PERIOD)
-    service.ttl_write()
-    watchdog.stop()
-    assert writes(service) == [HOLD, b"1\n", STOP]
+    service.stop_watchdog()
+    watchdog.stop()  # at close: terminated, confirmed
+    assert writes(service) == [HOLD, b"1\n"]
     assert all(job.cancelled for _, job in fake.jobs)
     watchdog.stop()
     watchdog.cancel()
     assert len(service.mock.calls) == 1 + 3
+
+
+def test_an_unconfirmed_stop_falls_back_on_the_stop_file(
+    watchdog: Watchdog, service: Service
+) -> None:
+    for _ in range(2):
+        service.stop_watchdog(tree_exited=False)
+    still = process(tree_exited=False)
+    service.add("GET", f"/sandboxes/{SANDBOX}/processes/{WATCHDOG}", body=still)
+    service.ttl_write()
+    watchdog.stop()
+    assert writes(service) == [STOP] and watchdog.state == "stopped"
 
 
 def test_a_renewal_due_during_a_hold_sends_nothing(
@@ -251,16 +263,19 @@ def test_an_attached_lease_has_no_ttl_unless_given(client: Client, service: Serv
         pass
     service.get_sandbox("running")
     service.watchdog()
-    service.ttl_write()
+    service.stop_watchdog()
     with client.lease(sandbox_id=SANDBOX, ttl=60):
         pass
-    assert writes(service) == [STOP]  # kept, as attached leases are: the watchdog let go
+    assert [c.request.method for c in service.mock.calls[1:]] == ["GET", "POST", "DELETE"]
 
 
 def test_keep_at_close_stops_the_watchdog_and_a_failed_stop_is_reported(
     client: Client, service: Service
 ) -> None:
     service.open_running()
+    service.stop_watchdog(http=400)
+    service.stop_watchdog(http=400)
+    service.add("GET", f"/sandboxes/{SANDBOX}/processes/{WATCHDOG}", 400)
     service.ttl_write(http=400)
     lease = client.lease(on_exit="keep").open()
     with pytest.raises(cs.CreateosCleanupError, match="will delete itself within 900 s") as caught:

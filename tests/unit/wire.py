@@ -131,6 +131,11 @@ class Service:
         body = None if http >= 400 else process(process_id=WATCHDOG)
         self.add("POST", f"/sandboxes/{SANDBOX}/processes", http, body)
 
+    def stop_watchdog(self, http: int = 200, tree_exited: bool = True) -> None:
+        """The termination of the ttl watchdog at close (kept or paused sandbox)."""
+        body = None if http >= 400 else process(tree_exited=tree_exited, process_id=WATCHDOG)
+        self.add("DELETE", f"/sandboxes/{SANDBOX}/processes/{WATCHDOG}", http, body)
+
     def ttl_write(self, http: int = 200) -> None:
         """A write of the ttl file (a renewal, or hold / stop); the path is the lease's own."""
         self.add("PUT", f"/sandboxes/{SANDBOX}/files", http, None if http >= 400 else {})
