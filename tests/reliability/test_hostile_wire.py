@@ -465,7 +465,7 @@ def test_process_creation_answered_with_a_wrong_envelope_poisons_the_lease(
         )
         mock.add("POST", f"{SB}/processes", body=json.dumps(document), status=201)
         mock.add("DELETE", SB, json={"status": "success", "data": {"id": "sb-1"}})  # fmt: skip
-        box = hostile_client.lease().open()
+        box = hostile_client.lease(ttl=None).open()  # the first process creation is the run's
         with pytest.raises(cs.ProtocolError):
             box.run("true")
         with pytest.raises(cs.CreateosCleanupError):
