@@ -26,10 +26,17 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
 In both modes the files API maps ``/workspace``, ``/tmp`` and ``/home/user``
 into the sandbox's storage and refuses every other path.
 
-Network: in both modes commands use the host's network. Egress rules are
-stored and returned (``GET``/``PUT .../egress``) but NOT enforced. A
-sandbox's port is a port of the host: two sandboxes cannot listen on the same
-one at once. Preview URLs (``ingress_url_template``,
+Network (``Emulator.network`` says which): ``private`` where bubblewrap
+works, namespaces can be made (root) and ``slirp4netns`` is installed: each
+sandbox has a network namespace of its own, with its guest agent at
+``http://127.0.0.1:1029`` and egress through slirp4netns's NAT; else
+``shared``: commands use the host's network, a sandbox's port is a port of
+the host (two sandboxes cannot listen on the same one at once), and each
+sandbox's guest agent listens on a loopback port named to its processes in
+``CREATEOS_AGENT_URL``. The agent (``POST /self/delete``, ``/self/pause``)
+acts on its own sandbox only (``_agent``, ``_netns``). Egress rules are
+stored and returned (``GET``/``PUT .../egress``) but NOT enforced.
+Preview URLs (``ingress_url_template``,
 ``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/``) go through a
 reverse proxy in the emulator that refuses a sandbox with ingress off and
 forwards only to a listener owned by a process of that sandbox (``_ingress``,

@@ -105,6 +105,10 @@ class LeaseCore:
         before the error propagates; if that destroy fails too, the error is
         ``CreateosCleanupError`` naming the sandbox.
 
+        Request budget: 1 creation (or read, when attaching) plus status
+        polls, plus 1 for the ttl watchdog when ``ttl`` is on; then 1 renewal
+        per ``ttl / 3`` in the background while the lease is open.
+
         Raises:
             LeaseClosed: the lease was already closed.
             CreateosApiError, OperationTimeout, SandboxUnavailable: opening failed.
