@@ -190,15 +190,25 @@ def exec_command(
 
 
 def create_process(
-    t: Transport, sandbox_id: str, cmd: str, args: list[str], deadline: Deadline
+    t: Transport,
+    sandbox_id: str,
+    cmd: str,
+    args: list[str],
+    deadline: Deadline,
+    *,
+    pty: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
+    """Create a managed process; with ``pty=(rows, cols)`` it runs on a terminal."""
+    body: dict[str, Any] = {"cmd": cmd, "args": args}
+    if pty is not None:
+        body["pty"] = {"rows": pty[0], "cols": pty[1]}
     reply = t.call(
         "POST",
         f"{_sandbox(sandbox_id)}/processes",
         operation=Operation.PROCESS_CREATION,
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
-        json_body={"cmd": cmd, "args": args},
+        json_body=body,
     )
     data = _object(reply.data, Operation.PROCESS_CREATION)
     checked_id(data.get("process_id"), "process id in the answer to process creation")
@@ -259,6 +269,19 @@ def send_input(
         json_body={"data_base64": base64.b64encode(data).decode("ascii")},
     )
 
+
+def resize_terminal(
+    t: Transport, sandbox_id: str, process_id: str, rows: int, cols: int, deadline: Deadline
+) -> None:
+    """Set a terminal process's size (the same size twice is harmless: PUT-like)."""
+    t.call(
+        "POST",
+        f"{_process(sandbox_id, process_id)}/resize",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        json_body={"rows": rows, "cols": cols},
+    )
 
 
 def terminate_process(

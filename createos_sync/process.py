@@ -3,7 +3,8 @@
 ``Lease.run`` and background ``Process`` objects share this one engine. A
 plain ``run("true")`` costs three requests: process creation, the output
 stream, and the stdin close that releases the start gate. ``stdin=`` adds
-one upload of the staged input.
+one upload of the staged input. A terminal process (``pty``) costs the same:
+its gate is released by a typed key instead (see ``_command.RELEASE_KEY``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import BinaryIO
 
 from . import _api, files
 from ._box import Box
-from ._command import RELEASE_LINE, SHELL, Command, Gate, unwrap
+from ._command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate, unwrap
 from ._containment import DEFAULT_GRACE, terminate_confirmed
 from ._deadline import Deadline
 from ._follow import Deliver, Follower
 from ._http import Stream
 from ._ndjson import Exit
 from ._output import Capture, fan_out
+from ._terminal import EOF_KEY, Size, checked_size
 from .errors import (
     CreateosApiError,
     CreateosCleanupError,
@@ -50,9 +52,15 @@ def validate_stdin(stdin: object) -> None:
 
 
 def launch(
-    box: Box, command: Command, *, gate: Gate, stdin: StdinData | None, deadline: Deadline
+    box: Box,
+    command: Command,
+    *,
+    gate: Gate,
+    stdin: StdinData | None,
+    deadline: Deadline,
+    pty: Size | None = None,
 ) -> str:
-    """Stage stdin if any, create the process, and record it; return its id.
+    """Stage stdin if any, create the process (on a terminal if ``pty``), record it; its id.
 
     A creation whose outcome is unknown poisons the lease: a process may
     exist that nobody can name, so the sandbox must be destroyed at close.
@@ -63,7 +71,7 @@ def launch(
         files.write(box, staged, stdin, deadline)
     args = command.wrapper(gate, staged)
     try:
-        record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
+        record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty)
     except BaseException as exc:
         if not may_have_taken_effect(exc):
             raise
@@ -89,6 +97,17 @@ def launch(
     return process_id
 
 
+def release(
+    box: Box, process_id: str, gate: Gate, deadline: Deadline, *, typed: bytes = b""
+) -> None:
+    """Open the start gate (1 request); ``typed`` follows the release key on a terminal."""
+    if gate is Gate.STDIN_EOF:
+        _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
+        return
+    key = RELEASE_LINE if gate is Gate.STDIN_LINE else RELEASE_KEY + typed
+    _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
+
+
 class Execution:
     """One managed process followed from this client: its output and its end."""
 
@@ -108,9 +127,6 @@ class Execution:
         if exit_frame is not None:
             self.box.table.finished(self.id)
         return exit_frame
-
-    def close_stdin(self, deadline: Deadline) -> None:
-        _api.close_stdin(self.box.transport, self.box.sandbox_id, self.id, deadline)
 
     def terminate(self, grace: float = DEFAULT_GRACE) -> bool:
         """Terminate the tree under a fresh deadline; True if its end is confirmed."""
@@ -148,19 +164,26 @@ def run(
     capture: Capture,
     deliver: Deliver,
     escalate: Callable[[], None],
+    pty: Size | None = None,
 ) -> RunResult:
     """Run ``command`` to its end, or to its timeout, and return what it left behind.
 
     Whatever interrupts the run (an error, Ctrl-C) first terminates the
     process tree, then propagates. ``escalate`` is called when a second
-    Ctrl-C arrives during that termination: it destroys the sandbox.
+    Ctrl-C arrives during that termination: it destroys the sandbox. On a
+    terminal, nobody types: the release key is followed by a Ctrl-D, so
+    that a command reading lines sees the end of its input at once, as a
+    pipe command sees an empty stdin.
     """
     started = time.monotonic()
     deadline = Deadline.after(timeout)
-    process_id = launch(box, command, gate=Gate.STDIN_EOF, stdin=stdin, deadline=deadline)
+    gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
+    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
     execution = Execution(box, process_id, deliver)
     try:
-        exit_frame = execution.follow(deadline, release=lambda: execution.close_stdin(deadline))
+        exit_frame = execution.follow(
+            deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
+        )
     except BaseException as exc:
         if not (box.closing.is_set() and isinstance(exc, CreateosError)):
             stop(execution, escalate)
@@ -242,9 +265,11 @@ class Process:
         echo: Deliver | None = None,
         stdin_open: bool = False,
         after: int = 0,
+        terminal: bool = False,
     ) -> None:
         self.id = process_id
         self.args = args
+        self.terminal = terminal
         self._box = box
         self._stdin_open = stdin_open
         self._capture = Capture(max_output)
@@ -333,7 +358,11 @@ class Process:
         return self._live.drain()
 
     def send(self, data: str | bytes) -> None:
-        """Write to the process's stdin (1 request)."""
+        r"""Write to the process's stdin; on a terminal, type it (1 request).
+
+        A terminal processes what is typed as a keyboard would: it echoes
+        it, a line ends with ``"\r"`` (Enter), ``"\x03"`` is Ctrl-C.
+        """
         if not isinstance(data, (str, bytes)):
             raise TypeError("data must be str or bytes")
         if not self._stdin_open:
@@ -344,10 +373,33 @@ class Process:
         )
 
     def close_stdin(self) -> None:
-        """Close the process's stdin, so that it reads EOF (1 request)."""
+        r"""Close the process's stdin, so that it reads EOF (1 request).
+
+        Raises:
+            ValueError: a terminal process has no stdin to close (before any
+                request); ``send("\x04")`` types Ctrl-D, which ends the input
+                of a program reading lines.
+        """
+        if self.terminal:
+            raise ValueError("a terminal process has no stdin to close: send('\\x04') types Ctrl-D")
         if self._stdin_open:
-            self._execution.close_stdin(self._box.deadline())
+            box = self._box
+            _api.close_stdin(box.transport, box.sandbox_id, self.id, box.deadline())
             self._stdin_open = False
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Change a terminal process's size; its foreground programs get SIGWINCH (1 request).
+
+        Raises:
+            ValueError, TypeError: not a terminal process, or not a size of
+                1..65535 rows and columns (before any request).
+        """
+        if not self.terminal:
+            raise ValueError(f"process {self.id} is not on a terminal: start it with pty=...")
+        rows, cols = checked_size(rows, cols)
+        _api.resize_terminal(
+            self._box.transport, self._box.sandbox_id, self.id, rows, cols, self._box.deadline()
+        )
 
     def terminate(self, grace: float = DEFAULT_GRACE) -> None:
         """SIGTERM the process tree, SIGKILL what remains after ``grace`` seconds.
@@ -382,11 +434,15 @@ def start(
     max_output: int,
     on_output: Deliver | None,
     echo: Deliver | None,
+    pty: Size | None = None,
 ) -> Process:
     """Launch ``command`` in the background and attach its output before it starts."""
-    gate = Gate.STDIN_EOF if stdin is not None else Gate.STDIN_LINE
+    if pty is not None:
+        gate = Gate.TERMINAL
+    else:
+        gate = Gate.STDIN_EOF if stdin is not None else Gate.STDIN_LINE
     deadline = box.deadline()
-    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline)
+    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
     handle = Process(
         box,
         process_id,
@@ -395,15 +451,9 @@ def start(
         on_output=on_output,
         echo=echo,
         stdin_open=stdin is None,
+        terminal=pty is not None,
     )
-
-    def release() -> None:
-        if gate is Gate.STDIN_EOF:
-            _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
-        else:
-            _api.send_input(box.transport, box.sandbox_id, process_id, RELEASE_LINE, deadline)
-
-    handle._begin(release)
+    handle._begin(lambda: release(box, process_id, gate, deadline))
     return handle
 
 
@@ -427,6 +477,7 @@ def reattach(
         on_output=on_output,
         echo=echo,
         stdin_open=True,  # unknown from here: let the service refuse input if it is closed
+        terminal=record.get("kind") == "pty",
     )
     handle._begin(None)
     return handle

@@ -2,7 +2,8 @@
 
 ::
 
-    createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... -- CMD [ARG...]
+    createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... [--tty] -- CMD [ARG...]
+    createos-sync shell [--local] [--shape S] [--rootfs R] [SANDBOX_ID]
     createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
@@ -17,7 +18,7 @@ import argparse
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _manage, _run
+from . import _manage, _run, _shell
 from ._local import emulator_main
 from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
 
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
     _run.add_parser(commands, common)
+    _shell.add_parser(commands, common)
     _manage.add_parsers(commands, common)
     commands.add_parser(
         "emulator",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
 from .. import files
 from .._command import Command, validate_env
@@ -26,6 +27,7 @@ from . import _local
 from ._progress import ProgressBar
 from ._report import EXIT_FAILURE, UsageError, say
 from ._signals import signals_interrupt
+from ._tty import window_size
 
 EXIT_TIMEOUT = 124
 # Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
@@ -88,6 +90,12 @@ def add_parser(
         "--keep", action="store_true", help="leave the sandbox running and print its id"
     )
     parser.add_argument(
+        "--tty",
+        action="store_true",
+        help="run CMD on a terminal the size of this window (else 80x24): live output on "
+        "stdout, stderr merged in as a terminal shows it; CMD reads end of input at once",
+    )
+    parser.add_argument(
         "--local", action="store_true", help="run on an in-process emulator (no account needed)"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
@@ -112,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
             for local, remote in args.upload:
                 _upload(box, local, remote)
             timeout = args.timeout or NO_TIMEOUT
-            result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True)
+            pty = window_size(sys.stdout.fileno()) if args.tty else None
+            result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True, pty=pty)
             status = _status(result)
             if not _download_all(box, args.download) and status == 0:
                 status = EXIT_FAILURE

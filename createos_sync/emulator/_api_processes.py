@@ -16,10 +16,12 @@ from ._journal import End, Frame, OffsetExpired
 from ._processes import Command, ManagedProcess, StdinClosed
 from ._sandboxes import Sandbox, SandboxStore
 from ._streams import ConnectStream, ExecStream, exec_status
-from ._wire import ApiError, json_body, query_int, success, text, text_list, text_map
+from ._terminal import MAX_SIDE
+from ._wire import ApiError, integer, json_body, query_int, success, text, text_list, text_map
 
 NDJSON = "application/x-ndjson"
 MAX_WAIT_MS = 3_600_000
+MANAGED = ("process", "pty")  # the kinds the processes API shows (not one-shot execs)
 
 
 class ProcessApi:
@@ -31,13 +33,14 @@ class ProcessApi:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
         command = _command(sandbox, body, text(body, "cwd", default="/workspace"))
-        process = self._store.new_process("process", command)
+        size = None if body.get("pty") is None else _size(body["pty"])
+        process = self._store.new_process("process", command, size=size)
         self._store.spawn(sandbox_id, process)
         return success(process.to_json(), 201)
 
     def list(self, request: Request, sandbox_id: str) -> Response:
         processes = list(self._store.live(sandbox_id).processes.values())
-        return success({"processes": [p.to_json() for p in processes if p.kind == "process"]})
+        return success({"processes": [p.to_json() for p in processes if p.kind in MANAGED]})
 
     def get(self, request: Request, sandbox_id: str, process_id: str) -> Response:
         return success(self._store.process(sandbox_id, process_id).to_json())
@@ -65,11 +68,24 @@ class ProcessApi:
 
     def stdin_close(self, request: Request, sandbox_id: str, process_id: str) -> Response:
         process = self._store.process(sandbox_id, process_id)
+        if process.kind == "pty":
+            # (inferred) the official SDK documents this for pipe processes only
+            raise ApiError(400, "a terminal process has no stdin to close: send Ctrl-D as input")
         try:
             process.close_stdin()
         except StdinClosed:
             raise ApiError(409, "stdin is already closed") from None
         return success({"process_id": process.id, "stdin_closed": True})
+
+    def resize(self, request: Request, sandbox_id: str, process_id: str) -> Response:
+        process = self._store.process(sandbox_id, process_id)
+        if process.kind != "pty":
+            raise ApiError(400, "only a terminal process (created with pty) can be resized")
+        try:
+            process.resize(*_size(json_body(request)))
+        except StdinClosed:
+            raise ApiError(409, "the process has exited") from None
+        return success(process.to_json())
 
     def signal(self, request: Request, sandbox_id: str, process_id: str) -> Response:
         process = self._store.process(sandbox_id, process_id)
@@ -157,6 +173,17 @@ def _command(sandbox: Sandbox, body: dict[str, Any], cwd: str) -> Command:
     if undeclared:
         raise ApiError(400, "env overrides are accepted only for keys declared at creation")
     return Command(cmd, text_list(body, "args"), cwd, {**sandbox.spec.envs, **overrides})
+
+
+def _size(value: Any) -> tuple[int, int]:
+    """``{rows, cols}`` of a terminal, each 1..65535 (struct winsize holds unsigned shorts)."""
+    if not isinstance(value, dict):
+        raise ApiError(400, "pty must be an object {rows, cols}")
+    rows = integer(value, "rows", 1, MAX_SIDE, None)
+    cols = integer(value, "cols", 1, MAX_SIDE, None)
+    if rows is None or cols is None:
+        raise ApiError(400, "pty needs rows and cols")
+    return rows, cols
 
 
 def _signal_number(value: Any) -> int:

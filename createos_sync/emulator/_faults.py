@@ -20,8 +20,8 @@ OPERATIONS = frozenset(
         "sandbox.pause", "sandbox.resume", "sandbox.fork", "sandbox.egress",
         "file.write", "file.read", "exec",
         "process.create", "process.list", "process.get", "process.connect",
-        "process.input", "process.stdin_close", "process.signal", "process.wait",
-        "process.delete",
+        "process.input", "process.stdin_close", "process.signal", "process.resize",
+        "process.wait", "process.delete",
     }
 )  # fmt: skip
 

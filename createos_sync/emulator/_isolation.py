@@ -11,6 +11,9 @@ status (signal or exit code) reaches the emulator.
 Plain mode only moves the working directory, HOME and TMPDIR into the
 sandbox's storage: a command that names ``/workspace`` reaches the HOST's
 ``/workspace``.
+
+A terminal process (``terminal=True``) must get its pty as controlling tty:
+see ``_terminal``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._storage import MOUNTS, Storage
+from ._terminal import with_controlling_tty
 
 log = logging.getLogger("createos_sync.emulator")
 
@@ -59,6 +63,8 @@ class NoIsolation:
         cwd: str,
         env: dict[str, str],
         status_fds: tuple[int, int] | None,
+        *,
+        terminal: bool = False,
     ) -> Launch:
         base = {
             "PATH": BASE_PATH,
@@ -66,6 +72,8 @@ class NoIsolation:
             "TMPDIR": str(storage.dir("/tmp")),
             "LANG": "C.UTF-8",
         }
+        if terminal:
+            argv = with_controlling_tty(argv)
         return Launch(argv, storage.view(cwd), {**base, **env})
 
 
@@ -90,6 +98,8 @@ class Bubblewrap:
         cwd: str,
         env: dict[str, str],
         status_fds: tuple[int, int] | None,
+        *,
+        terminal: bool = False,
     ) -> Launch:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
         if status_fds is not None:
@@ -104,11 +114,15 @@ class Bubblewrap:
         cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
         if self._python is not None and status_fds is not None:
             # bubblewrap closes its status fd in the sandbox: the reporter
-            # writes to a second descriptor of the same pipe.
-            reporter = [self._python, "-I", "-S", "-c", REPORTER, str(status_fds[1])]
-            cmd += ["--as-pid-1", "--", *reporter, *argv]
+            # writes to a second descriptor of the same pipe. For a terminal,
+            # it makes the command a session leader owning the pty.
+            reporter = [self._python, "-I", "-S", "-c", REPORTER]
+            reporter += ["--terminal"] if terminal else []
+            cmd += ["--as-pid-1", "--", *reporter, str(status_fds[1]), *argv]
         else:
             cmd += ["--", *argv]
+            if terminal:  # no reporter: bubblewrap's own session owns the pty
+                cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         return Launch(cmd, str(storage.root), {**base, **env})
 

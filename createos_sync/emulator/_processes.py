@@ -1,10 +1,12 @@
 """A managed process: a real OS process tree with pumped output and a lifecycle.
 
-The leader runs in a new session with three pipes. Two pump threads move its
-stdout and stderr into the output journal (see ``_journal``); a waiter thread
-reaps the leader and then closes the journal with the exit status once the
-pipes are drained: at EOF, or, when a background process keeps a pipe open,
-once the pipe has been found empty ``LINGER`` seconds after the leader exited.
+The leader runs in a new session with three pipes, or, for a terminal
+process, on a pseudo-terminal (``_terminal``). Pump threads move its stdout
+and stderr (a terminal's one output stream, ``pty``) into the output journal
+(see ``_journal``); a waiter thread reaps the leader and then closes the
+journal with the exit status once the outputs are drained: at EOF, or, when
+a background process keeps one open, once it has been found empty ``LINGER``
+seconds after the leader exited.
 
 Exit status under bubblewrap: the status reporter (``_reporter``) gives the
 command's exact wait status. When it cannot run, or was killed before it
@@ -33,6 +35,8 @@ from ._isolation import Isolation
 from ._journal import Journal
 from ._proctree import NamespaceTree, ProcessTree, SessionTree, read_stat
 from ._storage import Storage
+from ._terminal import STREAM as PTY_STREAM
+from ._terminal import open_terminal, read_output, set_size
 from ._wire import timestamp
 
 LINGER = 0.2
@@ -63,11 +67,19 @@ class ManagedProcess:
     """One process tree of a sandbox, as the processes API sees it."""
 
     def __init__(
-        self, process_id: str, kind: str, command: Command, journal_bytes: int, frame_bytes: int
+        self,
+        process_id: str,
+        kind: str,
+        command: Command,
+        journal_bytes: int,
+        frame_bytes: int,
+        *,
+        size: tuple[int, int] | None = None,
     ) -> None:
         self.id = process_id
-        self.kind = kind
+        self.kind = "pty" if size is not None else kind
         self.command = command
+        self.size = size  # (rows, cols) of a terminal process
         self.journal = Journal(journal_bytes)
         self._frame_bytes = frame_bytes
         self._lock = threading.Lock()
@@ -92,44 +104,45 @@ class ManagedProcess:
 
     def start(self, isolation: Isolation, storage: Storage) -> None:
         """Spawn the leader and its pump and waiter threads."""
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        ends = _Ends.pipes() if self.size is None else _Ends.terminal(*self.size)
         status_r, status_fds = None, None
         if isolation.reports_status:
             status_r, status_w = os.pipe()
             status_fds = (status_w, os.dup(status_w))
         c = self.command
-        launch = isolation.launch(storage, [c.cmd, *c.args], c.cwd, c.env, status_fds)
+        launch = isolation.launch(
+            storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
+        )
         try:
             popen = subprocess.Popen(
                 launch.argv,
                 cwd=launch.cwd,
                 env=launch.env,
-                stdin=in_r,
-                stdout=out_w,
-                stderr=err_w,
+                stdin=ends.child[0],
+                stdout=ends.child[1],
+                stderr=ends.child[2],
                 start_new_session=True,
                 pass_fds=status_fds or (),
             )
         except OSError as exc:
-            for fd in (in_w, out_r, err_r, status_r):
-                if fd is not None:
-                    os.close(fd)
+            ends.close_ours()
+            if status_r is not None:
+                os.close(status_r)
             self._fail(exc)
             return
         finally:
-            for fd in (in_r, out_w, err_w, *(status_fds or ())):
+            ends.close_child()
+            for fd in status_fds or ():
                 os.close(fd)
         self._pid = popen.pid
-        self._stdin = in_w
+        self._stdin = ends.stdin
         status = None if status_r is None else _StatusPipe(status_r)
         self._tree = self._make_tree(popen.pid, status)
         with self._lock:
             self._state = "running"
-        drained = [threading.Event(), threading.Event()]
-        self._thread(self._pump, out_r, "stdout", drained[0])
-        self._thread(self._pump, err_r, "stderr", drained[1])
+        drained = [threading.Event() for _ in ends.outputs]
+        for (fd, stream), event in zip(ends.outputs, drained, strict=True):
+            self._thread(self._pump, fd, stream, event)
         self._thread(self._wait_leader, popen, drained, status)
 
     def _thread(self, target: Callable[..., None], *args: object) -> None:
@@ -175,7 +188,7 @@ class ManagedProcess:
                     if exited is not None and time.monotonic() - exited >= LINGER:
                         drained.set()
                     continue
-                data = os.read(fd, self._frame_bytes)
+                data = read_output(fd, self._frame_bytes)
                 if not data:
                     break
                 self.journal.append(stream, data)
@@ -280,6 +293,14 @@ class ManagedProcess:
             self._input_seq += 1
             return self._input_seq
 
+    def resize(self, rows: int, cols: int) -> None:
+        """Set a terminal's size (the kernel sends SIGWINCH to its foreground group)."""
+        with self._stdin_lock:
+            if self._stdin is None:
+                raise StdinClosed
+            set_size(self._stdin, rows, cols)
+            self.size = (rows, cols)
+
     def close_stdin(self) -> None:
         with self._stdin_lock:
             if self._stdin is None:
@@ -347,6 +368,37 @@ class ManagedProcess:
         self._stopping = True
         self.journal.close()
         self._close_stdin_quietly()
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """The descriptors between the emulator and one leader."""
+
+    child: tuple[int, int, int]  # the leader's stdin, stdout and stderr
+    stdin: int  # where input is written
+    outputs: list[tuple[int, str]]  # (descriptor, stream name) to pump into the journal
+
+    @classmethod
+    def pipes(cls) -> _Ends:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        return cls((in_r, out_w, err_w), in_w, [(out_r, "stdout"), (err_r, "stderr")])
+
+    @classmethod
+    def terminal(cls, rows: int, cols: int) -> _Ends:
+        # Input goes to a second descriptor of the master: the pump closes its
+        # own when the output ends, while a resize may still come.
+        master, slave = open_terminal(rows, cols)
+        return cls((slave, slave, slave), os.dup(master), [(master, PTY_STREAM)])
+
+    def close_child(self) -> None:
+        for fd in set(self.child):
+            os.close(fd)
+
+    def close_ours(self) -> None:
+        for fd in {self.stdin, *(fd for fd, _ in self.outputs)}:
+            os.close(fd)
 
 
 class _StatusPipe:

@@ -11,16 +11,22 @@ standard library.
 
 As the namespace's init it has no handler for SIGTERM or SIGINT, so the
 kernel does not deliver those from outside: only the command sees them.
+
+``--terminal`` (a terminal process, stdin a pty slave): the command becomes
+the leader of a new session with the terminal as its controlling tty.
 """
 
+import fcntl
 import os
 import signal
 import sys
+import termios
 
 
 def main() -> None:
-    status_fd = int(sys.argv[1])
-    argv = sys.argv[2:]
+    terminal = sys.argv[1] == "--terminal"
+    status_fd = int(sys.argv[2 if terminal else 1])
+    argv = sys.argv[3 if terminal else 2 :]
     os.set_inheritable(status_fd, False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     pid = os.fork()
@@ -28,6 +34,9 @@ def main() -> None:
         # Python ignores these; the command must get the defaults back.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        if terminal:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:

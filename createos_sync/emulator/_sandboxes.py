@@ -242,10 +242,14 @@ class SandboxStore:
 
     # -- processes ---------------------------------------------------------
 
-    def new_process(self, kind: str, command: Command) -> ManagedProcess:
+    def new_process(
+        self, kind: str, command: Command, *, size: tuple[int, int] | None = None
+    ) -> ManagedProcess:
         """A process record, not yet started (so a reader can attach first)."""
         process_id = f"proc-{secrets.token_hex(8)}"
-        return ManagedProcess(process_id, kind, command, self._journal_bytes, self._frame_bytes)
+        return ManagedProcess(
+            process_id, kind, command, self._journal_bytes, self._frame_bytes, size=size
+        )
 
     def spawn(self, sandbox_id: str, process: ManagedProcess) -> None:
         """Start ``process`` in a running sandbox and register it."""
@@ -257,9 +261,9 @@ class SandboxStore:
             self._spawner.submit(process.start, self.isolation, sandbox.storage).result()
 
     def process(self, sandbox_id: str, process_id: str) -> ManagedProcess:
-        """A managed process (not an exec) of a live sandbox; 404 otherwise."""
+        """A managed process or terminal (not an exec) of a live sandbox; 404 otherwise."""
         process = self.live(sandbox_id).processes.get(process_id)
-        if process is None or process.kind != "process":
+        if process is None or process.kind not in ("process", "pty"):
             raise ApiError(404, "process not found")
         return process
 

@@ -13,6 +13,7 @@ from .._command import Command
 from .._options import check_seconds
 from .._output import Capture, fan_out
 from .._output import echo as echo_output
+from .._terminal import Size, on_terminal, terminal_size
 from ..result import RunResult
 from ._core import LeaseCore
 
@@ -34,6 +35,7 @@ class CommandMethods(LeaseCore):
         on_output: Callable[[str, str], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        pty: bool | tuple[int, int] | None = None,
     ) -> RunResult:
         """Run a command to completion in the sandbox and return its ``RunResult``.
 
@@ -43,6 +45,13 @@ class CommandMethods(LeaseCore):
         process tree is terminated and the result has ``timed_out=True``.
         Ctrl-C terminates the process tree, then re-raises; a second Ctrl-C
         meanwhile destroys the sandbox.
+
+        ``pty=True`` (80x24) or ``pty=(rows, cols)`` runs the command on a
+        terminal: its output (stdout and stderr merged, with the terminal's
+        ``\r\n`` line ends) is ``stdout``; ``TERM`` defaults to
+        ``xterm-256color``. Nothing is typed but a Ctrl-D after the start, so
+        a command reading lines sees the end of its input; ``stdin`` cannot
+        be given (type into a terminal with ``start(..., pty=...)``).
 
         Request budget: 3 (create, output stream, start-gate release), plus 1
         upload when ``stdin`` is given, plus reconnections of a dropped stream.
@@ -57,6 +66,7 @@ class CommandMethods(LeaseCore):
         command = Command.parse(cmd, cwd=cwd, env=env)
         process.validate_stdin(stdin)
         _check_output_options(max_output, on_output)
+        size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
         capture = Capture(max_output)
@@ -69,6 +79,7 @@ class CommandMethods(LeaseCore):
             capture=capture,
             deliver=deliver,
             escalate=self._destroy_now,
+            pty=size,
         )
         return result.check() if check else result
 
@@ -82,16 +93,20 @@ class CommandMethods(LeaseCore):
         on_output: Callable[[str, str], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        pty: bool | tuple[int, int] | None = None,
     ) -> process.Process:
         """Start a command in the background and return its ``Process``.
 
         Without ``stdin`` the process's stdin stays open for ``send()`` until
-        ``close_stdin()``. Returns once the output stream is attached and the
-        command released. Request budget: 3, like ``run()``.
+        ``close_stdin()``. With ``pty=True`` (80x24) or ``pty=(rows, cols)``
+        it runs on a terminal (see ``run``): ``send()`` types into it,
+        ``resize()`` changes its size. Returns once the output stream is
+        attached and the command released. Request budget: 3, like ``run()``.
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         process.validate_stdin(stdin)
         _check_output_options(max_output, on_output)
+        size, command = _terminal_options(pty, stdin, command)
         return process.start(
             self._usable_box(),
             command,
@@ -99,6 +114,7 @@ class CommandMethods(LeaseCore):
             max_output=max_output,
             on_output=on_output,
             echo=echo_output if echo else None,
+            pty=size,
         )
 
     def process(
@@ -128,6 +144,15 @@ class CommandMethods(LeaseCore):
     def _housekeeping_run(self, argv: list[str]) -> RunResult:
         return self.run(argv, max_output=files.HOUSEKEEPING_OUTPUT)
 
+
+def _terminal_options(pty: object, stdin: object, command: Command) -> tuple[Size | None, Command]:
+    """The terminal size asked for, and the command as it runs there."""
+    size = terminal_size(pty)
+    if size is None:
+        return None, command
+    if stdin is not None:
+        raise ValueError("a terminal process reads what is typed: stdin= cannot be given with pty")
+    return size, on_terminal(command)
 
 
 def _check_output_options(max_output: int, on_output: object) -> None:

@@ -1,0 +1,80 @@
+"""Pseudo-terminals for terminal processes (``pty: {rows, cols}``).
+
+A terminal process gets a fresh pty pair: the slave is its stdin, stdout and
+stderr, the emulator keeps the master, reads the output from it (stream
+``pty``: the terminal merges stdout and stderr) and writes input to it. The
+process must also be the session leader with the slave as its controlling
+terminal, so that the kernel does what a terminal does: Ctrl-C typed as input
+becomes SIGINT for the foreground process group, and a resize (TIOCSWINSZ on
+the master) sends it SIGWINCH.
+
+Which process takes the terminal as its controlling tty depends on the
+isolation: under bubblewrap the status reporter (the namespace's PID 1) does
+it in the child it forks for the command; otherwise ``CTTY_SHIM`` does it just
+before exec'ing the launch (the command itself, or bubblewrap when the
+reporter cannot run). The leader was started in a new session, and the slave
+was opened by the emulator with O_NOCTTY, so no session holds it before.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import sys
+import termios
+
+MAX_SIDE = 0xFFFF  # struct winsize holds unsigned shorts
+STREAM = "pty"
+
+# Run as ``python -I -S -c CTTY_SHIM ARGV...`` by a session leader whose fd 0 is
+# the slave. Python ignores SIGPIPE and SIGXFSZ, and ignored signals survive
+# exec: the command gets the defaults back.
+CTTY_SHIM = """\
+import fcntl, os, signal, sys, termios
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+try:
+    os.execvp(sys.argv[1], sys.argv[1:])
+except OSError as exc:
+    os.write(2, f"{sys.argv[1]}: {exc.strerror}\\n".encode())
+    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+"""
+
+
+def with_controlling_tty(argv: list[str]) -> list[str]:
+    """``argv`` run by a shim that first makes stdin (the slave) the controlling tty."""
+    return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
+
+
+def open_terminal(rows: int, cols: int) -> tuple[int, int]:
+    """A new pty pair (master, slave) of the given size, with the kernel's default modes."""
+    master, slave = os.openpty()  # glibc opens the slave with O_NOCTTY
+    try:
+        set_size(master, rows, cols)
+    except OSError:
+        os.close(master)
+        os.close(slave)
+        raise
+    return master, slave  # both non-inheritable; Popen hands the slave over as 0, 1, 2
+
+
+def set_size(master: int, rows: int, cols: int) -> None:
+    """Resize the terminal; the kernel sends SIGWINCH to its foreground process group."""
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def read_output(fd: int, size: int) -> bytes:
+    """Read output; b"" at its end, which for a pty master is once no process holds the slave.
+
+    Linux answers EIO on a master, not end of file, when the last slave
+    descriptor closes.
+    """
+    try:
+        return os.read(fd, size)
+    except OSError as exc:
+        if exc.errno == errno.EIO:
+            return b""
+        raise
