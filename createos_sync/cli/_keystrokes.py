@@ -7,8 +7,9 @@ once, ``RATE`` per second after that) spaces requests out: a key typed after
 a pause leaves at once, while steady typing at 5 keys per second costs about
 ``RATE`` requests per second, 2 or 3 keys each. A paste is one read, so one
 request (split at ``MAX_BATCH`` bytes). Window size changes are coalesced:
-only the latest size is sent. See ``bench/terminal.py`` for what a minute of
-typing costs and how long a keystroke takes to come back.
+only the latest size is sent, before the keys typed after it. See
+``bench/terminal.py`` for what a minute of typing costs and how long a
+keystroke takes to come back.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ class Batcher:
         self._stamp = now
         self._keys = bytearray()
         self._size: Size | None = None
+        self._size_first = False  # the pending size came before the pending keys
 
     def type(self, data: bytes) -> None:
         self._keys += data
 
     def resize(self, size: Size) -> None:
+        if self._size is None:
+            self._size_first = not self._keys  # typed after the resize: sent after it
         self._size = size
 
     @property
@@ -52,10 +56,10 @@ class Batcher:
         return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate
 
     def take(self, now: float) -> Request:
-        """The next request, charged to the bucket; keys before sizes. Needs ``pending``."""
+        """The next request, charged to the bucket, in the order typed. Needs ``pending``."""
         self._refill(now)
         self._tokens -= 1
-        if self._keys:
+        if self._keys and not (self._size is not None and self._size_first):
             batch = bytes(self._keys[:MAX_BATCH])
             del self._keys[:MAX_BATCH]
             return batch

@@ -27,7 +27,7 @@ from . import _local
 from ._progress import ProgressBar
 from ._report import EXIT_FAILURE, UsageError, say
 from ._signals import signals_interrupt
-from ._tty import window_size
+from ._tty import local_term, window_size
 
 EXIT_TIMEOUT = 124
 # Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
                 _upload(box, local, remote)
             timeout = args.timeout or NO_TIMEOUT
             pty = window_size(sys.stdout.fileno()) if args.tty else None
+            if args.tty:
+                env = {**local_term(), **env}
             result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True, pty=pty)
             status = _status(result)
             if not _download_all(box, args.download) and status == 0:

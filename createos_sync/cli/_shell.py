@@ -26,7 +26,6 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from .._terminal import DEFAULT_TERM
 from ..lease import Lease
 from ..process import Process
 from ..result import RunResult
@@ -34,7 +33,7 @@ from . import _local
 from ._keystrokes import Typist
 from ._report import EXIT_FAILURE, UsageError
 from ._signals import signals_interrupt
-from ._tty import raw_mode, window_size
+from ._tty import local_term, raw_mode, window_size
 
 LOGIN_SHELL = ["/bin/bash", "-l"]
 READ_SIZE = 65536
@@ -110,7 +109,7 @@ class Session:
             process = self._box.start(
                 LOGIN_SHELL,
                 pty=window_size(self._stdin),
-                env={"TERM": os.environ.get("TERM") or DEFAULT_TERM},
+                env=local_term(),
                 on_output=self._write,
                 max_output=0,  # everything goes to the screen; nothing is kept
             )

@@ -15,7 +15,7 @@ import os
 import termios
 from collections.abc import Iterator
 
-from .._terminal import DEFAULT_SIZE, Size
+from .._terminal import DEFAULT_SIZE, DEFAULT_TERM, Size
 
 _IFLAG, _OFLAG, _CFLAG, _LFLAG, _CC = 0, 1, 2, 3, 6
 
@@ -29,6 +29,11 @@ def window_size(fd: int) -> Size:
     if size.lines <= 0 or size.columns <= 0:
         return DEFAULT_SIZE
     return size.lines, size.columns
+
+
+def local_term() -> dict[str, str]:
+    """TERM for a remote terminal shown on this one: this terminal's type."""
+    return {"TERM": os.environ.get("TERM") or DEFAULT_TERM}
 
 
 @contextlib.contextmanager

@@ -46,13 +46,20 @@ def test_a_paste_is_split_into_requests_of_at_most_max_batch() -> None:
     assert batcher.take(0.0) == b"x" * 10
 
 
-def test_only_the_latest_size_is_sent_after_the_keys() -> None:
+def test_only_the_latest_size_is_sent_in_the_order_typed() -> None:
     batcher = Batcher(now=0.0)
-    batcher.resize((30, 90))
     batcher.type(b"a")
+    batcher.resize((30, 90))
     batcher.resize((40, 100))
     assert batcher.take(0.0) == b"a"
     assert batcher.take(0.0) == (40, 100)
+    assert not batcher.pending
+    # a resize, then `stty size`: the command must see the new size
+    batcher.resize((50, 132))
+    batcher.type(b"stty size\r")
+    batcher.resize((51, 133))
+    assert batcher.take(0.0) == (51, 133)
+    assert batcher.take(0.0) == b"stty size\r"
     assert not batcher.pending
 
 
