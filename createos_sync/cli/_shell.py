@@ -49,7 +49,7 @@ shell's exit status (`exit 3` gives 3). Needs a terminal on stdin.
 Typing costs requests (300 a minute per machine): what is typed while a
 request is in flight goes in the next one, and steady typing is paced to at
 most 2 requests a second after a burst of 4, so a minute of continuous typing
-costs about 120 requests; keys typed after a pause leave at once.
+costs about 123 requests, however fast; a key typed after a pause leaves at once.
 """
 
 

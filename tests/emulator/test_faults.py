@@ -39,6 +39,7 @@ def test_operation_names_are_the_published_ones() -> None:
             "process.input",
             "process.stdin_close",
             "process.signal",
+            "process.resize",
             "process.wait",
             "process.delete",
         ]

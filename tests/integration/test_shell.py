@@ -18,7 +18,7 @@ import pexpect
 import pytest
 
 import createos_sync as cs
-from createos_sync.emulator import Emulator
+from createos_sync.emulator import Emulator, Fault
 
 from .helpers import processes_of
 from .subprocesses import CLI, DEADLINE, emulator_env
@@ -95,6 +95,19 @@ def test_a_signal_to_the_cli_restores_the_terminal_and_destroys_the_sandbox(
     os.kill(cli_pid(child), signum)
     assert finished(child) == 128 + signum
     assert set(emulator.live_sandboxes()) == before  # destroyed (and no process left: fixture)
+
+
+def test_a_failed_request_ends_the_session_restores_the_terminal_and_cleans_up(
+    emulator: Emulator,
+) -> None:
+    before = set(emulator.live_sandboxes())
+    child = spawn(["shell"], emulator_env(emulator, TERM="xterm"))
+    at_prompt(child)
+    emulator.faults.add(Fault("process.input", status=500))  # not retried: it may have typed
+    child.send("echo lost\r")
+    child.expect("error: HTTP 500")
+    assert finished(child) == 1
+    assert set(emulator.live_sandboxes()) == before
 
 
 def test_shell_in_an_existing_sandbox_keeps_it(emulator: Emulator, client: cs.Client) -> None:
