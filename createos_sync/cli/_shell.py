@@ -43,8 +43,10 @@ DESCRIPTION = """\
 Open an interactive login shell on a terminal in a new sandbox, destroyed when
 the shell exits (also on SIGTERM, SIGHUP or a lost connection), or in the
 existing sandbox SANDBOX_ID, which is kept. Every key goes to the remote
-terminal, Ctrl-C included; the window size follows yours. Exits with the
-shell's exit status (`exit 3` gives 3). Needs a terminal on stdin.
+terminal, Ctrl-C included; the window size follows yours. Your terminal's mode
+is restored however the session ends. Exits with the shell's exit status
+(`exit 3` gives 3), 1 when a request failed or the connection was lost, 128+N
+on signal N (143 SIGTERM, 129 SIGHUP). Needs a terminal on stdin (else 2).
 
 Typing costs requests (300 a minute per machine): what is typed while a
 request is in flight goes in the next one, and steady typing is paced to at

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import termios
 from collections.abc import Iterator
 
 from .._terminal import DEFAULT_SIZE, DEFAULT_TERM, Size
 
 _IFLAG, _OFLAG, _CFLAG, _LFLAG, _CC = 0, 1, 2, 3, 6
+DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def window_size(fd: int) -> Size:
@@ -54,5 +56,11 @@ def raw_mode(fd: int) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(termios.error, OSError):
-            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        # A termination signal now would raise before the mode is back:
+        # it waits until then.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED)
+        try:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
