@@ -32,6 +32,7 @@ from .errors import (
     CreateosCleanupError,
     CreateosError,
     OperationTimeout,
+    ProtocolError,
     SandboxUnavailable,
     may_have_taken_effect,
 )
@@ -94,6 +95,11 @@ def launch(
     process_id: str = record["process_id"]
     box.table.started(process_id)
     log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
+    if pty is not None and record.get("kind", "pty") != "pty":
+        # On pipes, the key that releases a terminal's gate would never
+        # release it: the process would wait forever. It must not stay.
+        Execution(box, process_id, lambda stream, text: None).terminate()
+        raise ProtocolError(f"the service started process {process_id} without a terminal")
     return process_id
 
 
@@ -251,7 +257,8 @@ class Process:
     Its output is followed from a thread as soon as it starts, so nothing is
     evicted from the journal while nobody reads: ``output()`` iterates over
     it live, ``wait()`` returns the ``RunResult``. Unfinished processes are
-    terminated when the lease closes.
+    terminated when the lease closes. ``terminal`` says whether it runs on a
+    terminal (``pty=``).
     """
 
     def __init__(

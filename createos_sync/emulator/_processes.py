@@ -79,7 +79,7 @@ class ManagedProcess:
         self.id = process_id
         self.kind = "pty" if size is not None else kind
         self.command = command
-        self.size = size  # (rows, cols) of a terminal process
+        self.size = size  # (rows, cols) to start a terminal process with
         self.journal = Journal(journal_bytes)
         self._frame_bytes = frame_bytes
         self._lock = threading.Lock()
@@ -299,7 +299,6 @@ class ManagedProcess:
             if self._stdin is None:
                 raise StdinClosed
             set_size(self._stdin, rows, cols)
-            self.size = (rows, cols)
 
     def close_stdin(self) -> None:
         with self._stdin_lock:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import createos_sync as cs
 from createos_sync import Client
 from createos_sync._terminal import terminal_size
 
@@ -179,3 +180,15 @@ def test_reattached_terminal_process_can_be_resized(box: Any, service: Service) 
     process.resize(30, 90)
     assert len(service.calls("POST", "/resize")) == 1
     process.wait(timeout=10)
+
+
+def test_a_process_started_without_the_terminal_asked_for_is_terminated(
+    box: Any, service: Service
+) -> None:
+    # Its gate waits for a line: the terminal's release key would never open it.
+    service.create_process(body={"process_id": PROCESS, "kind": "process", "state": "running"})
+    service.terminate()
+    with pytest.raises(cs.ProtocolError, match="without a terminal"):
+        box.start("bash", pty=True)
+    assert paths(service.calls())[-1] == ("DELETE", PROC_PATH)
+    assert service.calls("POST", "/input") == []
