@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._options import LeaseOptions
-from .client import Client
+from .client import Client, client_for
 from .config import Config
 from .errors import CreateosCleanupError
 from .lease import Lease
@@ -137,13 +137,6 @@ def remote_item(config: Config, options: LeaseOptions, fn: ItemFn, item: Any) ->
     with _clients_lock:
         client = _clients.get(config)
         if client is None:
-            client = _clients[config] = Client(
-                config.api_key,
-                config.base_url,
-                timeout=config.timeout,
-                max_retries=config.max_retries,
-                requests_per_minute=config.requests_per_minute,
-                rate_scope=config.rate_scope,
-            )
+            client = _clients[config] = client_for(config)
     lease = Lease(client, options).open()
     return in_lease(lease, fn, item)

@@ -140,3 +140,15 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.config.base_url!r})"
+
+
+def client_for(config: Config) -> Client:
+    """A new client with the settings of ``config`` (in another process, or a fresh session)."""
+    return Client(
+        config.api_key,
+        config.base_url,
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+        requests_per_minute=config.requests_per_minute,
+        rate_scope=config.rate_scope,
+    )
