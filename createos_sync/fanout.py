@@ -23,7 +23,7 @@ import concurrent.futures as cf
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from types import EllipsisType
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -183,14 +183,17 @@ class _FanOut:
             self._local = LocalItems(self._client, options, self._fn)
         pending: dict[cf.Future[Any], int] = {}
         try:
-            count = self._drive(source, options, executor, pending, progress)
-        except KeyboardInterrupt as interrupt:
+            try:
+                count = self._drive(source, options, executor, pending, progress)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # the iterable or the executor failed: stop
+                self._stop(pending)
+                self._drain(pending, progress)
+                self._raise_with_notes(error, None)
+        except KeyboardInterrupt as interrupt:  # also while stopping after a failure
             self._interrupted(pending, interrupt)
             raise
-        except BaseException as error:  # the iterable or the executor failed: stop as for an item
-            self._stop(pending)
-            self._drain(pending, progress)
-            self._raise_with_notes(error, None)
         finally:
             progress.close()
             if own_pool is not None:
@@ -301,7 +304,7 @@ class _FanOut:
         for failure in self._cleanup:
             attach_cleanup_failure(interrupt, failure)
 
-    def _raise_with_notes(self, error: BaseException, index: int | None) -> None:
+    def _raise_with_notes(self, error: BaseException, index: int | None) -> NoReturn:
         if index is not None:
             add_note(error, f"cs.map: item {index} failed; no new item was started after it")
         for other_index, other in self._failures:
