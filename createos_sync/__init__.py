@@ -34,6 +34,7 @@ from .errors import (
     UnsafeArchiveError,
     is_cleanup_error,
 )
+from .fanout import map
 from .lease import Lease, OnExit
 from .models import ProcessInfo, SandboxInfo, Shape
 from .process import Process
@@ -144,5 +145,6 @@ __all__ = [
     "is_cleanup_error",
     "lease",
     "leases",
+    "map",
     "reap",
 ]

@@ -12,7 +12,8 @@ from . import _api, _retry
 from ._deadline import Deadline
 from ._http import Transport
 from ._options import LeaseOptions, OnExit
-from .config import Config
+from ._pacer import shared_pacer
+from .config import Config, RateScope
 from .lease import Lease
 from .models import SandboxInfo, Shape
 
@@ -23,7 +24,11 @@ class Client:
     ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
     ``CREATEOS_API_URL``, ``CREATEOS_SANDBOX_BASE_URL``, then the public
     service. ``timeout`` is the default deadline of one operation and of one
-    command. ``sleep`` is injectable so that tests of retry paths run instantly.
+    command. ``requests_per_minute`` is the request budget; with
+    ``rate_scope="machine"`` (the default) every process of this machine
+    shares it (CreateOS counts requests per caller IP), with ``"process"``
+    only this process's clients do. ``sleep`` is injectable so that tests of
+    retry paths run instantly.
 
     Raises:
         ConfigError: invalid or missing configuration (before any request).
@@ -37,6 +42,7 @@ class Client:
         timeout: float = 300.0,
         max_retries: int = 3,
         requests_per_minute: int = 300,
+        rate_scope: RateScope = "machine",
         session: requests.Session | None = None,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
@@ -46,9 +52,13 @@ class Client:
             timeout=timeout,
             max_retries=max_retries,
             requests_per_minute=requests_per_minute,
+            rate_scope=rate_scope,
         )
         self.sleep = sleep
-        self.transport = Transport(self.config, session=session, sleep=sleep)
+        pacer = shared_pacer(
+            self.config.base_url, self.config.requests_per_minute, self.config.rate_scope
+        )
+        self.transport = Transport(self.config, session=session, sleep=sleep, pacer=pacer)
 
     def shapes(self) -> list[Shape]:
         """The machine shapes on offer (1 request)."""
@@ -130,3 +140,15 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.config.base_url!r})"
+
+
+def client_for(config: Config) -> Client:
+    """A new client with the settings of ``config`` (in another process, or a fresh session)."""
+    return Client(
+        config.api_key,
+        config.base_url,
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+        requests_per_minute=config.requests_per_minute,
+        rate_scope=config.rate_scope,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from typing import Literal
 from urllib.parse import urlsplit
 
 import attrs
@@ -16,6 +17,8 @@ DEFAULT_SHAPE = "s-1vcpu-1gb"
 API_KEY_ENV = "CREATEOS_API_KEY"
 BASE_URL_ENVS = ("CREATEOS_API_URL", "CREATEOS_SANDBOX_BASE_URL")
 SHAPE_ENV = "CREATEOS_SHAPE"
+RATE_SCOPES = ("machine", "process")
+RateScope = Literal["machine", "process"]
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -30,6 +33,8 @@ class Config:
     max_retries: int = 3
     requests_per_minute: int = 300
     cleanup_timeout: float = 60.0
+    # "machine": the budget is shared by every process of this machine; "process": by this one.
+    rate_scope: RateScope = "machine"
 
     @property
     def api_root(self) -> str:
@@ -45,6 +50,7 @@ class Config:
         timeout: float = 300.0,
         max_retries: int = 3,
         requests_per_minute: int = 300,
+        rate_scope: RateScope = "machine",
         environ: Mapping[str, str] | None = None,
     ) -> Config:
         """Build a config from arguments and the environment; raise ConfigError if invalid."""
@@ -59,6 +65,7 @@ class Config:
             timeout=_positive_seconds("timeout", timeout),
             max_retries=_count("max_retries", max_retries, minimum=0),
             requests_per_minute=_count("requests_per_minute", requests_per_minute, minimum=1),
+            rate_scope=_rate_scope(rate_scope),
         )
 
 
@@ -114,3 +121,9 @@ def _count(name: str, value: int, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}")
     return value
+
+
+def _rate_scope(value: object) -> RateScope:
+    if value not in RATE_SCOPES:
+        raise ConfigError(f"rate_scope must be one of {', '.join(map(repr, RATE_SCOPES))}")
+    return value  # type: ignore[return-value]

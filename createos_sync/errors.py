@@ -25,7 +25,7 @@ CreateOS error bodies may echo the request, secrets included.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .result import RunResult
@@ -51,6 +51,20 @@ class Operation:
 
 class CreateosError(Exception):
     """Base class of every error this package raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle rebuilds an exception as ``cls(*args)``, which the subclasses' own
+        # signatures refuse; rebuild from args and attributes instead, so that an error
+        # raised in another process (``cs.map`` on a process pool or a Dask cluster)
+        # comes back whole: its class, fields, notes and attached cleanup failures.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[CreateosError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(CreateosError, ValueError):
