@@ -23,6 +23,7 @@ from .._deadline import Deadline
 from .._journal import Entry, Journal
 from .._options import LeaseOptions, OnExit
 from ..errors import (
+    ConfigError,
     CreateosCleanupError,
     CreateosError,
     LeaseClosed,
@@ -180,8 +181,12 @@ class LeaseCore:
         named = {**body, "name": name}
         if self._journal is not None:
             self._journal_name = name  # first: removing an entry never written is harmless
-            with _shield.delivered():  # nothing exists yet: an interrupt here loses nothing
-                self._journal.add(Entry(name=name, base_url=transport.config.base_url))
+            try:
+                with _shield.delivered():  # nothing exists yet: an interrupt here loses nothing
+                    self._journal.add(Entry(name=name, base_url=transport.config.base_url))
+            except ConfigError:
+                self._journal_name = None  # the journal cannot be written: nothing to forget
+                raise
         info = _sandbox.created(
             transport,
             name,
