@@ -8,6 +8,7 @@ first and then backing off, until it leaves its transitional state.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +31,9 @@ from .models import SANDBOX_TRANSITIONAL, SandboxInfo
 log = logging.getLogger("createos_sync.sandbox")
 
 RESUMABLE = frozenset({"paused", "error"})
+# After a creation that got no answer at all, a search by name that finds nothing is
+# repeated after these pauses: the request may still be on its way to being carried out.
+LATE_LOOKS = (0.5, 1.0)
 MAX_RESUME_REQUESTS = 2
 
 
@@ -39,6 +43,7 @@ def create(
     *,
     deadline: Deadline,
     cleanup_deadline: Deadline,
+    sleep: _retry.Sleep = time.sleep,
 ) -> SandboxInfo:
     """Create a sandbox named ``body["name"]``; see ``created`` for what a failure means."""
     return created(
@@ -47,6 +52,7 @@ def create(
         lambda: _api.create_sandbox(transport, body, deadline),
         operation=Operation.SANDBOX_CREATION,
         cleanup_deadline=cleanup_deadline,
+        sleep=sleep,
     )
 
 
@@ -57,6 +63,7 @@ def created(
     *,
     operation: str,
     cleanup_deadline: Deadline,
+    sleep: _retry.Sleep = time.sleep,
 ) -> SandboxInfo:
     """Send a request that creates a sandbox named ``name`` (a creation, a fork); its result.
 
@@ -65,7 +72,13 @@ def created(
     outcome unknown: every sandbox named ``name`` is then found and destroyed
     before the error propagates, and the error says so. If that cannot be
     done, the error is (or, for an interrupt, carries) a
-    ``CreateosCleanupError`` naming ``name``: a sandbox may exist.
+    ``CreateosCleanupError`` naming ``name``: a sandbox may exist. When no
+    answer came at all, the request may still be on its way to being
+    carried out: a search that finds nothing is repeated after a pause,
+    twice (``LATE_LOOKS``).
+
+    Request budget on an unknown outcome: one listing (three when no answer
+    came and nothing is found), plus one destroy per sandbox found.
 
     Interrupts are held but while requests wait (``_shield``): call this
     within ``_shield.held()`` and record the id before leaving it, so that
@@ -79,7 +92,11 @@ def created(
         except BaseException as exc:
             if not may_have_taken_effect(exc):
                 raise
-            _recover_or_raise(transport, name, exc, cleanup_deadline)
+            answered = isinstance(exc, ProtocolError) or (
+                isinstance(exc, CreateosApiError) and exc.status is not None
+            )
+            pauses = () if answered else LATE_LOOKS
+            _recover_or_raise(transport, name, exc, cleanup_deadline, pauses, sleep)
             explained = _explained(exc, name)
             if explained is exc:
                 raise
@@ -101,18 +118,23 @@ def _explained(exc: BaseException, name: str) -> BaseException:
 
 
 def _recover_or_raise(
-    transport: Transport, name: str, exc: BaseException, deadline: Deadline
+    transport: Transport,
+    name: str,
+    exc: BaseException,
+    deadline: Deadline,
+    pauses: tuple[float, ...],
+    sleep: _retry.Sleep,
 ) -> None:
     """Destroy what the creation may have made; raise if that cannot be confirmed."""
     try:
-        failure = _recover_lost_creation(transport, name, deadline)
+        failure = _recover_lost_creation(transport, name, deadline, pauses, sleep)
     except BaseException as second:  # interrupted while looking: nothing is known
         attach_cleanup_failure(
             second,
             CreateosCleanupError(
                 f"sandbox creation may have succeeded, and looking for sandbox {name} was "
-                "interrupted: it may be running (the lease journal keeps its name for "
-                "`createos-sync reap`)",
+                "interrupted: it may be running (`createos-sync reap` finds it by that name "
+                "in the lease journal; `createos-sync ls` shows it)",
                 sandbox_id=None,
                 sandbox_destroyed=None,
             ),
@@ -127,16 +149,24 @@ def _recover_or_raise(
 
 
 def _recover_lost_creation(
-    transport: Transport, name: str, deadline: Deadline
+    transport: Transport,
+    name: str,
+    deadline: Deadline,
+    pauses: tuple[float, ...],
+    sleep: _retry.Sleep,
 ) -> CreateosCleanupError | None:
-    """Destroy every sandbox named ``name``; a failure to do so is returned, not raised."""
+    """Destroy every sandbox named ``name``; a failure to do so is returned, not raised.
+
+    If none is found, look again after each of ``pauses``.
+    """
     try:
-        with _shield.delivered():
-            found = [
-                s.get("id")
-                for s in _api.list_sandboxes(transport, deadline)
-                if _api.sandbox_name(s) == name
-            ]
+        found = _named(transport, name, deadline)
+        for pause in pauses:
+            if found:
+                break
+            with _shield.delivered():
+                sleep(pause)
+            found = _named(transport, name, deadline)
     except CreateosError as exc:
         log.error("could not look for sandbox %s after a lost creation reply: %s", name, exc)
         return CreateosCleanupError(
@@ -170,6 +200,16 @@ def _recover_lost_creation(
                 sandbox_destroyed=False,
             )
     return None
+
+
+def _named(transport: Transport, name: str, deadline: Deadline) -> list[object]:
+    """The ids (unchecked) of every sandbox named ``name``."""
+    with _shield.delivered():
+        return [
+            s.get("id")
+            for s in _api.list_sandboxes(transport, deadline)
+            if _api.sandbox_name(s) == name
+        ]
 
 
 def settle(

@@ -193,6 +193,7 @@ class LeaseCore:
             lambda: send(named, deadline),
             operation=operation,
             cleanup_deadline=self._cleanup_deadline(),
+            sleep=self._client.sleep,
         )
         self._made_id = info.id
         if self._journal is not None:
@@ -246,12 +247,14 @@ class LeaseCore:
                     self._client.transport, sandbox_id, self._cleanup_deadline()
                 )
         except BaseException as second:
+            kept = "the lease journal keeps it for `createos-sync reap`" if self._journal else (
+                f"destroy it with `createos-sync destroy {sandbox_id}`"
+            )  # fmt: skip
             attach_cleanup_failure(
                 second,
                 CreateosCleanupError(
                     f"interrupted while destroying sandbox {sandbox_id} after opening the lease "
-                    "failed: it may still be running (the lease journal keeps it for "
-                    "`createos-sync reap`)",
+                    f"failed: it may still be running ({kept})",
                     sandbox_id=sandbox_id,
                     sandbox_destroyed=None,
                 ),
