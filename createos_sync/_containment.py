@@ -38,6 +38,9 @@ from .errors import CreateosError, LeaseClosed
 log = logging.getLogger("createos_sync.containment")
 
 DEFAULT_GRACE = 1.0
+# A termination's answer comes once the tree exits or the grace ran out (then SIGKILL):
+# its deadline always covers the grace, plus this much for the request itself.
+GRACE_MARGIN = 2.0
 MAX_PARALLEL = 16  # terminations in flight at once (the session's pool holds 32)
 
 # Shares of the cleanup time: a step may use its share, and no more.
@@ -74,11 +77,12 @@ class CleanupTime:
         """For waiting on process creations already sent."""
         return self._share(CREATIONS_SHARE)
 
-    def terminate(self) -> Deadline:
-        return self._share(TERMINATE_SHARE)
+    def terminate(self, grace: float = DEFAULT_GRACE) -> Deadline:
+        """For a termination: its share, but never less than the grace the service waits."""
+        return self._share(TERMINATE_SHARE, at_least=grace + GRACE_MARGIN)
 
-    def retry(self) -> Deadline:
-        return self._share(RETRY_SHARE)
+    def retry(self, grace: float = DEFAULT_GRACE) -> Deadline:
+        return self._share(RETRY_SHARE, at_least=grace + GRACE_MARGIN)
 
     def read(self) -> Deadline:
         return self._share(READ_SHARE)
@@ -89,8 +93,8 @@ class CleanupTime:
             max(DESTROY_SHARE * self.total, self.whole.remaining()), self.clock
         )
 
-    def _share(self, share: float) -> Deadline:
-        return Deadline.after(share * self.total, self.clock)
+    def _share(self, share: float, at_least: float = 0.0) -> Deadline:
+        return Deadline.after(max(share * self.total, at_least), self.clock)
 
 
 class ProcessTable:
@@ -223,7 +227,7 @@ def confirm_ends(
     left = list(process_ids)
     for attempt, share in ((1, budget.terminate), (2, budget.retry)):
         if left:
-            left = _failing(terminate(attempt, share()), left)
+            left = _failing(terminate(attempt, share(grace)), left)
     if left:
         deadline = budget.read()
         left = _failing(lambda p: _read_exited(transport, sandbox_id, p, deadline), left)

@@ -55,7 +55,7 @@ def test_close_sees_every_process_whose_creation_was_sent_before_it(
 
 def test_a_hanging_termination_leaves_its_retry_a_share_of_the_cleanup_time() -> None:
     with own_emulator(transition_delay=0) as emu, emu.client(requests_per_minute=FAST) as client:
-        with_cleanup_timeout(client, 3.0)  # shares of 0.5 s; the first delete answers after 6
+        with_cleanup_timeout(client, 3.0)  # a termination's share: 3 s; the first answers after 6
         box = client.lease(on_exit="keep").open()
         sandbox_id = box.id
         servers = [box.start(f"sleep {1000 + n}") for n in range(3)]
