@@ -15,7 +15,8 @@ held meanwhile is delivered on entry), so that Ctrl-C still stops a slow
 Signals only ever interrupt the main thread, and only it may set handlers:
 in any other thread both blocks do nothing. A held interrupt that is
 delivered while an exception propagates carries that exception's cleanup
-notes, so that the note naming a sandbox is never lost.
+notes (and a note of it, if it is a ``CreateosCleanupError``), so that what
+names a sandbox is never lost.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from .errors import add_note
+from .errors import CreateosCleanupError, add_note, attach_cleanup_failure
 
 HANDLED = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -70,6 +71,8 @@ def _deliver(propagating: BaseException | None) -> None:
 
 
 def _carry_notes(source: BaseException, target: BaseException) -> None:
+    if isinstance(source, CreateosCleanupError):  # the failure itself names the sandbox
+        attach_cleanup_failure(target, source)
     for note in getattr(source, "__notes__", ()):
         add_note(target, note)
     failures = source.__dict__.get("_createos_cleanup_errors")

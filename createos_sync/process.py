@@ -190,8 +190,9 @@ def run(
             raise
         exit_frame, cut = None, True  # the lease closed under this run
     else:
+        # killed by a signal after closing began terminating it: cut short by close()
         cut = exit_frame is not None and exit_frame.signal is not None and (
-            box.closing.is_set() and box.table.was_cut(process_id)
+            box.table.was_cut(process_id)
         )
         if exit_frame is None:
             log.info("process %s timed out after %g s: terminating it", process_id, timeout)

@@ -164,7 +164,7 @@ def _ask(pid: int) -> bool:
         command = "?"
     sys.stderr.write(
         f"process {pid} ({command.strip()[:120]}) still runs and holds a lease.\n"
-        f"Type its pid to destroy its sandboxes anyway: "
+        "Type its pid to destroy its sandboxes anyway: "
     )
     sys.stderr.flush()
     return sys.stdin.readline().strip() == str(pid)
