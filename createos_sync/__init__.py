@@ -89,7 +89,10 @@ def lease(
         client: defaults to a ``Client()`` from the environment, owned by the lease.
         timeout: the deadline of one operation and the default command timeout.
         journal: record the sandbox in the local lease journal (the crash-safety
-            record ``createos-sync reap`` works from); ``False`` opts out.
+            record ``createos-sync reap`` works from) before it is created; if
+            the journal cannot be written, ``open()`` raises ``ConfigError``
+            before any request. ``False`` (or ``CREATEOS_SYNC_JOURNAL=off`` in
+            the environment) opts out: the lease then keeps no record.
 
     Nothing is sent before ``open()`` / ``with``.
 

@@ -52,7 +52,9 @@ class CommandMethods(LeaseCore):
             CommandFailed, CommandTimeout: with ``check=True``.
             OutputLostError: output was evicted before it could be read.
             CreateosCleanupError: the lease is poisoned by an unconfirmed cleanup.
-            LeaseClosed: the lease is not open.
+            LeaseClosed: the lease is not open, or ``close()`` (from another
+                thread) terminated the command; at ``max_lifetime`` the run
+                ends as timed out instead.
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         process.validate_stdin(stdin)
