@@ -145,8 +145,9 @@ class LeaseCore:
         prefix = self._options.name or "createos-sync"
         name = f"{prefix}-{token}"
         body = {**self._options.creation_body(), "name": name}
-        self._journal.add(Entry(name=name, base_url=transport.config.base_url))
-        self._journal_name = name
+        if self._options.journal:  # journal=False: the caller answers for the sandbox
+            self._journal.add(Entry(name=name, base_url=transport.config.base_url))
+            self._journal_name = name
         try:
             info = _sandbox.create(
                 transport, body, deadline=deadline, cleanup_deadline=self._cleanup_deadline()
@@ -156,13 +157,14 @@ class LeaseCore:
         except BaseException:
             self._forget_journal()  # refused, or found and destroyed: nothing is left
             raise
-        self._journal.set_sandbox(name, info.id)
+        if self._journal_name is not None:
+            self._journal.set_sandbox(name, info.id)
         log.info("created sandbox %s (%s)", info.id, name)
         try:
             return _sandbox.ensure_running(transport, info.id, deadline, self._client.sleep, info)
         except BaseException as exc:
             if _sandbox.destroy(transport, info.id, self._cleanup_deadline()):
-                self._journal.remove(name)
+                self._forget_journal()
                 raise
             failure = CreateosCleanupError(
                 f"opening the lease failed after sandbox {info.id} was created, and "
