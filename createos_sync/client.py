@@ -65,11 +65,16 @@ class Client:
         """One sandbox (1 request)."""
         return SandboxInfo.from_api(_api.get_sandbox(self.transport, sandbox_id, self._deadline()))
 
-    def destroy(self, sandbox_id: str) -> None:
-        """Destroy a sandbox; one that is already gone (404) counts as destroyed."""
+    def destroy(self, sandbox_id: str) -> bool:
+        """Destroy the sandbox ``sandbox_id`` (1 request).
+
+        One that is already gone (404) counts as destroyed: no error. Returns
+        True if this call destroyed it, False if the service did not know it
+        (already destroyed, or a mistyped id).
+        """
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise ValueError("sandbox_id must be a non-empty str")
-        _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
+        return _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
 
     def lease(
         self,
