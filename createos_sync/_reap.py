@@ -6,16 +6,23 @@ destroyed or deliberately kept. An entry whose owning process is gone (a
 script killed with SIGKILL, a crashed kernel, a lost creation reply) names a
 sandbox that may still be running and billed: ``reap()`` destroys it, then
 forgets the entry. Entries of live processes, of other hosts and of other
-base URLs are left alone.
+base URLs are left alone, with one exception: an entry of a dead owner whose
+base URL is a loopback address where nothing listens any more names a sandbox
+of a local emulator that has ended, and an emulator's sandboxes end with it,
+so the entry is forgotten (and the outcome says so).
 
 Request budget: one listing (only if an entry lacks its sandbox id, shared
-by all such entries) plus one destroy per sandbox found.
+by all such entries) plus one destroy per sandbox found. Finding out that a
+loopback emulator has ended costs one TCP connection attempt, no request.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -25,6 +32,8 @@ from .errors import CreateosError
 if TYPE_CHECKING:
     from .client import Client
     from .models import SandboxInfo
+
+PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at once if closed
 
 Action = Literal["destroyed", "would destroy", "forgotten", "would forget", "skipped", "failed"]
 
@@ -57,6 +66,13 @@ def reap(client: Client, *, dry_run: bool = False, journal: Journal | None = Non
     by_name = _NameLookup(client)
     outcomes = []
     for entry in journal.entries():
+        gone = _emulator_gone(entry)
+        if gone is not None:
+            action: Action = "would forget" if dry_run else "forgotten"
+            outcomes.append(Reaped(entry.name, action, gone, _ids(entry)))
+            if not dry_run:
+                journal.remove(entry.name)
+            continue
         skip = _reason_to_skip(entry, base_url)
         if skip is not None:
             outcomes.append(Reaped(entry.name, "skipped", skip, _ids(entry)))
@@ -77,6 +93,35 @@ def _reason_to_skip(entry: Entry, base_url: str) -> str | None:
     if alive:
         return f"its lease is still held by process {entry.pid}"
     return None
+
+
+def _emulator_gone(entry: Entry) -> str | None:
+    """Why ``entry`` can be forgotten: its owner died, and so did the loopback emulator
+    that served its sandbox (nothing accepts a connection on that port); else None."""
+    parts = urlsplit(entry.base_url)
+    host = parts.hostname or ""
+    if host != "localhost" and not _is_loopback_address(host):
+        return None
+    if entry.owner_alive() is not False:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT).close()
+    except ConnectionRefusedError:
+        return (
+            f"the emulator at {entry.base_url} no longer answers, and its sandboxes "
+            f"ended with it (its owner, process {entry.pid}, is gone)"
+        )
+    except OSError:  # no clear answer: leave the entry to the usual rules
+        return None
+    return None
+
+
+def _is_loopback_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:
