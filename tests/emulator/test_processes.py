@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from createos_sync.emulator._proctree import read_stat as proc_stat
+
 from .helpers import Api, output, wait_until
 
 
@@ -263,3 +265,38 @@ def _commands(api: Api, process_id: str) -> list[str]:
                 except OSError:
                     pass  # it has just ended
     return found
+
+
+def _argvs(api: Api) -> list[list[str]]:
+    """The command lines of every live process of the emulator's trees, and their parents'."""
+    pids = {pid for live in api.emu.live_processes() for pid in live.pids}
+    for pid in list(pids):
+        stat = proc_stat(pid)
+        if stat is not None:
+            pids.add(stat.parent)
+    argvs = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argvs.append(f.read().decode().split("\0")[:-1])
+        except OSError:
+            pass
+    return argvs
+
+
+def test_host_ps_shows_the_command_not_the_emulator_s_helper_source(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "sleep", "600")
+
+    def started() -> list[list[str]] | None:
+        argvs = _argvs(any_api)
+        return argvs if ["sleep", "600"] in argvs else None
+
+    argvs = wait_until(started, "the command")
+    # the reporter (not bubblewrap's own command line, which holds "--")
+    helpers = [a for a in argvs if a[-2:] == ["sleep", "600"] and "-S" in a and "--" not in a]
+    for argv in helpers:  # run from its file: a short prefix, then the command
+        assert len(argv) <= 9 and argv[argv.index("-S") + 1].endswith("reporter.py"), argv
+    assert helpers or any_api.emu.isolation == "bwrap"  # bwrap may run without a reporter
+    assert not any("execvp" in " ".join(argv) for argv in argvs)  # no source code
+    any_api.call("DELETE", any_api.proc_path(sandbox_id, process_id))

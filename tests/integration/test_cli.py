@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +16,16 @@ from createos_sync._journal import Entry, Journal
 from createos_sync.cli import main
 from createos_sync.emulator import Emulator
 
-from .subprocesses import CLI, Terminal, emulator_env, finish, read_until, run_all, spawn
+from .subprocesses import (
+    CLI,
+    Terminal,
+    emulator_env,
+    finish,
+    read_until,
+    run_all,
+    spawn,
+    wait_until,
+)
 
 # Waits, without any timing, until the test creates the file `go` in /workspace.
 UNTIL_GO = "while [ ! -e go ]; do sleep 0.02; done"
@@ -54,7 +65,8 @@ def test_run_exit_status_output_transfers_and_command_forms(
     assert timed_out[:2] == (124, "before\n")
     assert "timed out after 0.5 s" in timed_out[2]
     assert script[:2] == (0, "a\nb\n")
-    assert argv[:2] == (0, "hi there\n/tmp\n")
+    # (without isolation, pwd shows where the emulator keeps the sandbox's /tmp)
+    assert argv[0] == 0 and argv[1].startswith("hi there\n") and argv[1].endswith("/tmp\n")
     # uploads come before the command, downloads after it even when it failed
     assert transfers == (5, "", "")
     assert (tmp_path / "out.txt").read_text() == "HELLO\n"
@@ -278,13 +290,29 @@ def test_transfers_show_progress_bars_on_a_terminal_only(
     assert finish(piped) == (0, "", "")  # a pipe gets no bar: logs stay clean
 
 
-def test_local_runs_leave_no_journal_entry(
-    emulator: Emulator, env: dict[str, str]
+def test_a_local_run_killed_with_sigkill_leaves_no_entry_no_files_no_process(
+    emulator: Emulator, tmp_path: Path
 ) -> None:
-    """An in-process emulator's sandboxes die with it: there is nothing for reap to find."""
-    local = emulator_env(emulator, CREATEOS_API_URL="", CREATEOS_API_KEY="")
-    started = spawn([*CLI, "run", "--local", "--", "echo started; exec sleep 600"], local)
-    read_until(started, b"started\n")
+    """An in-process emulator's sandboxes die with it: nothing for reap, nothing on disk."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    local = emulator_env(emulator, CREATEOS_API_URL="", CREATEOS_API_KEY="", TMPDIR=str(temp))
+    seconds = str(2_000_000 + os.getpid() % 1000)
+    doomed = spawn([*CLI, "run", "--local", "--", f"echo started; exec sleep {seconds}"], local)
+    read_until(doomed, b"started\n")
+    assert [p.name[:18] for p in temp.iterdir()] == ["createos-emulator-"]
     assert Journal().entries() == []
-    started.send_signal(signal.SIGINT)
-    assert finish(started)[0] == 130
+    doomed.send_signal(signal.SIGKILL)
+    finish(doomed)
+    wait_until(lambda: not list(temp.iterdir()), "the emulator's files to be removed")
+    wait_until(lambda: not _running(["sleep", seconds]), "the command to die with its emulator")
+
+
+def _running(argv: list[str]) -> bool:
+    """Whether a host process runs exactly ``argv`` (a zombie's command line is empty)."""
+    wanted = "".join(f"{arg}\0" for arg in argv).encode()
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if name.isdigit() and Path(f"/proc/{name}/cmdline").read_bytes() == wanted:
+                return True
+    return False
