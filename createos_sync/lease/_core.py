@@ -185,6 +185,13 @@ class LeaseCore:
         creation was ambiguous), the sandbox is destroyed whatever ``on_exit``
         says. A Ctrl-C during termination skips straight to destroying it.
 
+        Request budget: one termination per process still running, then one
+        destroy (or a pause and its status polls); nothing for ``"keep"``.
+
+        Args:
+            fresh_session: send the cleanup on a new HTTP session (the exit
+                hook's choice: at interpreter exit the old one may be mid-use).
+
         Raises:
             CreateosCleanupError: containment unconfirmed, or the sandbox could
                 not be destroyed (or paused) as ``on_exit`` asked.
