@@ -40,7 +40,8 @@ def add_parsers(
         parents=[common],
         help="destroy the sandboxes of leases whose process died",
         description="Destroy the sandboxes that the local lease journal knows and whose "
-        "owning process is gone (killed, crashed), then forget them.",
+        "owning process is gone (killed, crashed), then forget them. Entries of a local "
+        "emulator that no longer answers are forgotten: its sandboxes ended with it.",
     )
     reaper.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
     reaper.set_defaults(handler=reap_orphans)
