@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import secrets
 import time
 
 import pytest
@@ -139,6 +141,34 @@ def test_delete_kills_grandchildren_and_confirms(any_api: Api) -> None:
     assert any_api.emu.live_processes() == []
     again = any_api.data("DELETE", any_api.proc_path(sandbox_id, process_id))
     assert again["tree_exited"] is True
+
+
+def test_a_process_that_left_the_session_is_still_killed(any_api: Api) -> None:
+    """``setsid`` escapes a session, not the tree: a PID namespace or a subreaper keeps it."""
+    sandbox_id = any_api.sandbox()
+    escaped = f"sleep {1000 + secrets.randbelow(10**6)}.5"  # no other test's
+    script = f"setsid {escaped} >/dev/null 2>&1 & (setsid {escaped} &); exec sleep 1000"
+    process_id = any_api.process(sandbox_id, "bash", "-c", script)
+    wait_until(lambda: _commands(any_api, process_id).count(escaped) == 2, what="sleeps")
+    reply = any_api.data("DELETE", any_api.proc_path(sandbox_id, process_id))
+    assert reply["tree_exited"] is True
+    assert any_api.emu.live_processes() == []
+    assert escaped not in _host_commands().values()
+
+
+def _host_commands() -> dict[int, str]:
+    """Every live host process's command line (spaces between its arguments)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        stat = proc_stat(int(name)) if name.isdigit() else None
+        if stat is None or stat.state in ("Z", "X"):
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                found[int(name)] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode()
+        except OSError:
+            pass
+    return found
 
 
 def test_reparented_background_process_is_part_of_the_tree(api: Api) -> None:
