@@ -29,7 +29,6 @@ a page of source):
 Only the standard library is used.
 """
 
-import contextlib
 import ctypes
 import os
 import signal
@@ -72,8 +71,10 @@ def _kill_all_and_leave() -> None:
     """SIGKILL every descendant, reaping the adopted ones, until none is left."""
     while True:
         for pid in _descendants(os.getpid()):
-            with contextlib.suppress(ProcessLookupError):
+            try:  # noqa: SIM105 - not contextlib: this starts once per command, imports cost
                 os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
@@ -128,9 +129,11 @@ def main() -> None:
     os.write(status_fd, b'{"wait-status": %d}\n' % status)
     if subreaper:
         os.close(status_fd)
-        with contextlib.suppress(ChildProcessError):
+        try:
             while True:  # adopted orphans: the tree lives on until the last one ends
                 os.wait()
+        except ChildProcessError:
+            pass
     code = os.waitstatus_to_exitcode(status)
     sys.exit(code if code >= 0 else 128 - code)
 
