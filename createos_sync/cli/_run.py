@@ -25,6 +25,7 @@ import sys
 from .. import _api, files
 from .._command import Command, validate_env
 from .._deadline import Deadline
+from .._server_text import ID, token
 from ..client import Client
 from ..config import SHAPE_ENV, default_shape
 from ..errors import CreateosApiError, CreateosError, Operation
@@ -170,7 +171,7 @@ def _unknown_name(client: Client, args: argparse.Namespace) -> str | None:
         shapes = [s.id for s in client.shapes()]
         if shape not in shapes:
             source = "" if args.shape else f" (from {SHAPE_ENV})"
-            return f"unknown shape {shape!r}{source}: the shapes are {', '.join(shapes)}"
+            return f"unknown shape {shape!r}{source}: the shapes are {_names(shapes)}"
         if args.rootfs is None:
             return None
         deadline = Deadline.after(client.config.timeout)
@@ -180,9 +181,15 @@ def _unknown_name(client: Client, args: argparse.Namespace) -> str | None:
     if args.rootfs in names:
         return None
     return (
-        f"unknown rootfs {args.rootfs!r}: the root file systems are {', '.join(names)} "
+        f"unknown rootfs {args.rootfs!r}: the root file systems are {_names(names)} "
         "(or the id of a ready template)"
     )
+
+
+def _names(names: list[str], most: int = 40) -> str:
+    """Catalog names as the service gave them, if they look like names (at most ``most``)."""
+    shown = [n for n in names if token(n, ID) == n][:most]
+    return ", ".join(shown) if shown else "(none listed)"
 
 
 def _command(words: list[str]) -> str | list[str]:
