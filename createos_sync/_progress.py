@@ -25,7 +25,8 @@ MB = 1024 * 1024
 class Display(Protocol):
     def __call__(self, done: int, total: int | None) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, *, complete: bool = True) -> None:
+        """The transfer is over: it ``complete``d, or failed (nothing more is claimed)."""
 
 
 def display(label: str, stream: TextIO | None = None) -> Display:
@@ -73,8 +74,8 @@ class Bar:
             self._bar.reset(total=total)
         self._bar.update(done - self._bar.n)
 
-    def close(self) -> None:
-        if self._bar is not None:
+    def close(self, *, complete: bool = True) -> None:
+        if self._bar is not None:  # a failed transfer's bar stays where it stopped
             self._bar.close()
 
 
@@ -105,8 +106,8 @@ class Lines:
             self._shown = quarter
             self._write(f"{25 * quarter}% of {_size(total)}")
 
-    def close(self) -> None:
-        if self._shown == 4:
+    def close(self, *, complete: bool = True) -> None:
+        if self._shown == 4 or not complete:
             return
         if self._total is None:
             self._write(_size(self._done))

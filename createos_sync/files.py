@@ -85,8 +85,10 @@ def metered(progress: Progress | bool | None, label: str) -> Iterator[Meter]:
     shown = _progress.display(label)
     try:
         yield Meter(shown)
-    finally:
-        shown.close()
+    except BaseException:
+        shown.close(complete=False)
+        raise
+    shown.close()
 
 
 def scratch_path(kind: str, suffix: str = "") -> str:

@@ -79,6 +79,11 @@ def test_metered_closes_the_display_and_passes_callbacks_through(
         meter.advance(10)
         meter.finish()
     assert log.getvalue() == "write /workspace/a: 100% of 10 bytes\n"
+    with pytest.raises(OSError), metered(True, "write /workspace/b") as meter:
+        meter.start(None)
+        meter.advance(5)
+        raise OSError("the transfer failed")
+    assert log.getvalue().count("\n") == 1  # a failed transfer claims no total
     seen: list[tuple[int, int | None]] = []
     with metered(lambda d, t: seen.append((d, t)), "ignored") as meter:
         meter.start(None)
