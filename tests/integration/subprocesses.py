@@ -95,18 +95,11 @@ class Terminal:
         self.master, slave = pty.openpty()
         # 24 rows of 100 columns: a new pseudo-terminal has no size until someone sets one.
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-
-        def take_terminal() -> None:  # in the child, after setsid()
-            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
-
+        # setsid(1) --ctty: a new session whose controlling terminal is its stdin (no
+        # preexec_fn, which is unsafe in a process with threads). Not a group leader,
+        # setsid execs the command in place: self.proc is the command itself.
         self.proc = subprocess.Popen(
-            list(argv),
-            env=env,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            start_new_session=True,
-            preexec_fn=take_terminal,
+            ["setsid", "--ctty", *argv], env=env, stdin=slave, stdout=slave, stderr=slave
         )
         os.close(slave)
         self.screen = b""
