@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import selectors
 import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -88,10 +91,6 @@ class Terminal:
     """
 
     def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        import fcntl
-        import pty
-        import termios
-
         self.master, slave = pty.openpty()
         # 24 rows of 100 columns: a new pseudo-terminal has no size until someone sets one.
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
