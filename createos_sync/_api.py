@@ -59,6 +59,17 @@ def list_shapes(t: Transport, deadline: Deadline) -> list[Any]:
     return _items(reply.data, Operation.CATALOG, "shapes")[0]
 
 
+def list_rootfs(t: Transport, deadline: Deadline) -> list[str]:
+    """The names of the published root file systems (the answer is ``{rootfs: [names], ...}``)."""
+    reply = t.call(
+        "GET", "/rootfs", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
+    )
+    names = _object(reply.data, Operation.CATALOG).get("rootfs")
+    if not isinstance(names, list):
+        raise ProtocolError(f"the answer to {Operation.CATALOG} has no list of root file systems")
+    return [name for name in names if isinstance(name, str)]
+
+
 # Sandboxes
 
 
@@ -116,9 +127,9 @@ def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
-    """Destroy a sandbox; 404 means it is already gone, which is success."""
-    t.call(
+def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> bool:
+    """Destroy a sandbox; 404 means it is already gone, which is success (False)."""
+    reply = t.call(
         "DELETE",
         _sandbox(sandbox_id),
         operation=Operation.SANDBOX_CLEANUP,
@@ -126,6 +137,7 @@ def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
         deadline=deadline,
         allow=frozenset({404}),
     )
+    return reply.status != 404
 
 
 def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadline) -> bool:

@@ -12,12 +12,20 @@ CLI's ``--all``, confirming each owner's pid).
 Nothing is dropped that a human may need: an entry that cannot be read, and
 a damaged journal set aside (see ``createos_sync._journal``), are reported
 one line each and kept, while the readable entries beside them are reaped.
+
+An entry of a dead owner whose base URL is a loopback address where nothing
+listens any more names a sandbox of a local emulator that has ended, and an
+emulator's sandboxes end with it: the entry is forgotten (and the outcome
+says so). Finding that out costs one TCP connection attempt, no request.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -32,6 +40,7 @@ Action = Literal[
     "destroyed", "would destroy", "forgotten", "would forget", "skipped", "failed", "unreadable"
 ]
 Confirm = Callable[[Entry], bool]
+PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at once if closed
 
 
 @attrs.frozen
@@ -89,6 +98,13 @@ def reap(
     survey = journal.survey()
     outcomes = []
     for entry in survey.entries:
+        gone = _emulator_gone(entry)
+        if gone is not None:
+            action: Action = "would forget" if dry_run else "forgotten"
+            outcomes.append(Reaped(entry.name, action, gone, _ids(entry)))
+            if not dry_run:
+                journal.remove(entry.name)
+            continue
         skip = _reason_to_skip(entry, base_url, all, confirm)
         if skip is not None:
             outcomes.append(Reaped(entry.name, "skipped", skip, _ids(entry)))
@@ -116,6 +132,35 @@ def _reason_to_skip(
     if confirm is not None and not confirm(entry):
         return f"its lease is still held by process {entry.pid}, and that was not confirmed"
     return None
+
+
+def _emulator_gone(entry: Entry) -> str | None:
+    """Why ``entry`` can be forgotten: its owner died, and so did the loopback emulator
+    that served its sandbox (nothing accepts a connection on that port); else None."""
+    parts = urlsplit(entry.base_url)
+    host = parts.hostname or ""
+    if host != "localhost" and not _is_loopback_address(host):
+        return None
+    if entry.owner_alive() is not False:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT).close()
+    except ConnectionRefusedError:
+        return (
+            f"the emulator at {entry.base_url} no longer answers, and its sandboxes "
+            f"ended with it (its owner, process {entry.pid}, is gone)"
+        )
+    except OSError:  # no clear answer: leave the entry to the usual rules
+        return None
+    return None
+
+
+def _is_loopback_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:

@@ -53,7 +53,14 @@ class Config:
         rate_scope: RateScope = "machine",
         environ: Mapping[str, str] | None = None,
     ) -> Config:
-        """Build a config from arguments and the environment; raise ConfigError if invalid."""
+        """Build a config from arguments and the environment; raise ConfigError if invalid.
+
+        ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
+        ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
+        public service. ``timeout`` (seconds), ``max_retries`` and
+        ``requests_per_minute`` are those of ``Client``. ``environ`` replaces
+        ``os.environ`` as the environment read (for tests).
+        """
         env = os.environ if environ is None else environ
         key = api_key if api_key is not None else env.get(API_KEY_ENV)
         url = base_url

@@ -64,6 +64,7 @@ class Shape:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Shape:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         return cls(
             id=_str(data, "id") or "",
             vcpu=_number(data, "vcpu"),
@@ -97,6 +98,7 @@ class SandboxInfo:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         rules = egress_rules(data.get("egress"))
         return cls(
             id=_str(data, "id") or "",
@@ -134,6 +136,7 @@ class ProcessInfo:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         output = data.get("output")
         output = output if isinstance(output, Mapping) else {}
         return cls(

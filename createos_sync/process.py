@@ -365,7 +365,11 @@ class Process:
         return self._live.drain()
 
     def send(self, data: str | bytes) -> None:
-        """Write to the process's stdin (1 request)."""
+        """Write ``data`` (``str`` as UTF-8, or ``bytes``) to the process's stdin (1 request).
+
+        Raises ValueError when its stdin is closed (given as ``stdin=``, or
+        ``close_stdin()`` was called).
+        """
         if not isinstance(data, (str, bytes)):
             raise TypeError("data must be str or bytes")
         if not self._stdin_open:

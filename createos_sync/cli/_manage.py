@@ -14,8 +14,8 @@ import attrs
 
 from .._journal import Entry, Journal
 from .._reap import reap
-from ..client import Client
 from ..errors import CreateosError
+from ._local import account
 from ._report import EXIT_FAILURE, say
 
 
@@ -31,7 +31,7 @@ def add_parsers(
     ls.set_defaults(handler=list_sandboxes)
 
     destroy = commands.add_parser(
-        "destroy", parents=[common], help="destroy sandboxes (one already gone is fine)"
+        "destroy", parents=[common], help="destroy sandboxes (one already gone is fine: said so)"
     )
     destroy.add_argument("ids", nargs="+", metavar="ID")
     destroy.set_defaults(handler=destroy_sandboxes)
@@ -41,8 +41,10 @@ def add_parsers(
         parents=[common],
         help="destroy the sandboxes of leases whose process died",
         description="Destroy the sandboxes that the local lease journal knows and whose "
-        "owning process is gone (killed, crashed), then forget them. Exits 1 if a sandbox "
-        "could not be destroyed or a journal entry could not be read (it is kept for a human).",
+        "owning process is gone (killed, crashed), then forget them. Entries of a local "
+        "emulator that no longer answers are forgotten: its sandboxes ended with it. Exits 1 "
+        "if a sandbox could not be destroyed or a journal entry could not be read (it is kept "
+        "for a human).",
     )
     reaper.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
     reaper.add_argument(
@@ -64,7 +66,7 @@ def add_parsers(
 
 
 def list_shapes(args: argparse.Namespace) -> int:
-    with Client() as client:
+    with account() as client:
         shapes = client.shapes()
     if args.json:
         _print_json([attrs.asdict(s) for s in shapes])
@@ -77,11 +79,14 @@ def list_shapes(args: argparse.Namespace) -> int:
 
 
 def list_sandboxes(args: argparse.Namespace) -> int:
-    with Client() as client:
+    with account() as client:
         sandboxes = client.sandboxes()
         base_url = client.config.base_url
     if args.json:
         _print_json([attrs.asdict(s, value_serializer=_jsonable) for s in sandboxes])
+        return 0
+    if not sandboxes:
+        print("no sandboxes", flush=True)
         return 0
     try:
         entries = Journal().entries()
@@ -110,15 +115,18 @@ def list_sandboxes(args: argparse.Namespace) -> int:
 def destroy_sandboxes(args: argparse.Namespace) -> int:
     status = 0
     journal = Journal()
-    with Client() as client:
+    with account() as client:
         for sandbox_id in args.ids:
             try:
-                client.destroy(sandbox_id)
+                existed = client.destroy(sandbox_id)
             except CreateosError as exc:
                 say(f"destroying {sandbox_id} failed: {exc}")
                 status = EXIT_FAILURE
                 continue
-            print(f"destroyed {sandbox_id}", flush=True)
+            if existed:
+                print(f"destroyed {sandbox_id}", flush=True)
+            else:
+                print(f"no such sandbox {sandbox_id} (already gone)", flush=True)
             for entry in journal.entries():
                 if entry.sandbox_id == sandbox_id:
                     journal.remove(entry.name)
@@ -129,7 +137,7 @@ def reap_orphans(args: argparse.Namespace) -> int:
     owners = set(args.owner)
     everything = args.all or bool(owners)
     confirm = None if args.dry_run else _confirmation(owners, ask=args.all)
-    with Client() as client:
+    with account() as client:
         outcomes = reap(client, dry_run=args.dry_run, all=everything, confirm=confirm)
     for outcome in outcomes:
         print(outcome.describe(), flush=True)

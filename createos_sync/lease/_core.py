@@ -284,6 +284,13 @@ class LeaseCore:
         opens the lease, ``close()`` wins: it returns once ``open()`` has
         destroyed what it created.
 
+        Request budget: one termination per process still running, then one
+        destroy (or a pause and its status polls); nothing for ``"keep"``.
+
+        Args:
+            fresh_session: send the cleanup on a new HTTP session (the exit
+                hook's choice: at interpreter exit the old one may be mid-use).
+
         Raises:
             CreateosCleanupError: containment unconfirmed, or the sandbox could
                 not be destroyed (or paused) as ``on_exit`` asked.

@@ -276,3 +276,27 @@ def test_reap_all_from_python_asks_confirm_for_each_live_owner(
     finally:
         owner.kill()
         finish(owner)
+def test_reap_forgets_the_entries_of_a_loopback_emulator_that_has_ended(
+    emulator: Emulator,
+) -> None:
+    with Emulator(rate_limit=None) as other:
+        ended_url = other.url
+    with Emulator(rate_limit=None) as running:
+        journal = Journal()
+        journal.add(Entry(name="ended", base_url=ended_url, sandbox_id="sb-a", **DEAD_OWNER))
+        journal.add(Entry(name="mine-alive", base_url=ended_url, sandbox_id="sb-b"))
+        journal.add(Entry(name="elsewhere", base_url=running.url, sandbox_id="sb-c", **DEAD_OWNER))
+        env = emulator_env(emulator)
+        dry = finish(spawn([*CLI, "reap", "--dry-run"], env))
+        assert len(Journal().entries()) == 3
+        status, out, err = finish(spawn([*CLI, "reap"], env))
+    assert dry[0] == 0 and dry[1].startswith("would forget sb-a: the emulator at ")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"forgotten sb-a: the emulator at {ended_url} no longer answers, and its sandboxes "
+        f"ended with it (its owner, process {DEAD_OWNER['pid']}, is gone)"
+    )
+    assert lines[1].startswith("skipped sb-b: recorded for ")  # its owner (this test) is alive
+    assert lines[2].startswith(f"skipped sb-c: recorded for {running.url}")  # still answers
+    assert [e.name for e in Journal().entries()] == ["mine-alive", "elsewhere"]

@@ -563,3 +563,17 @@ def test_close_during_open_wins(client: Client, service: Service) -> None:
     assert Journal().entries() == []
     with pytest.raises(cs.LeaseClosed):
         box.run("true")
+def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
+    client: Client, service: Service
+) -> None:
+    """An in-process emulator's sandboxes die with it: such leases opt out of the journal."""
+    from createos_sync._journal import Journal
+
+    journal = Journal()
+    service.open_running()
+    for _ in range(4):
+        service.destroy_sandbox(http=503)
+    with pytest.raises(cs.CreateosCleanupError), client.lease(journal=False):
+        assert journal.entries() == []
+    assert journal.entries() == []
+    assert not journal.path.exists()  # not even an empty journal file was written
