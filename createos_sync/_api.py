@@ -59,6 +59,17 @@ def list_shapes(t: Transport, deadline: Deadline) -> list[Any]:
     return _items(reply.data, Operation.CATALOG, "shapes")[0]
 
 
+def list_rootfs(t: Transport, deadline: Deadline) -> list[str]:
+    """The names of the published root file systems (the answer is ``{rootfs: [names], ...}``)."""
+    reply = t.call(
+        "GET", "/rootfs", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
+    )
+    names = _object(reply.data, Operation.CATALOG).get("rootfs")
+    if not isinstance(names, list):
+        raise ProtocolError(f"the answer to {Operation.CATALOG} has no list of root file systems")
+    return [name for name in names if isinstance(name, str)]
+
+
 # Sandboxes
 
 
@@ -116,9 +127,9 @@ def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
-    """Destroy a sandbox; 404 means it is already gone, which is success."""
-    t.call(
+def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> bool:
+    """Destroy a sandbox; 404 means it is already gone, which is success (False)."""
+    reply = t.call(
         "DELETE",
         _sandbox(sandbox_id),
         operation=Operation.SANDBOX_CLEANUP,
@@ -126,6 +137,7 @@ def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
         deadline=deadline,
         allow=frozenset({404}),
     )
+    return reply.status != 404
 
 
 def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadline) -> bool:
@@ -139,6 +151,60 @@ def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadl
         allow=frozenset({409}),
     )
     return reply.status != 409
+
+
+def get_egress(t: Transport, sandbox_id: str, deadline: Deadline) -> Any:
+    """The egress rules as the service answers them (a list, or None for "allow all")."""
+    reply = t.call(
+        "GET",
+        f"{_sandbox(sandbox_id)}/egress",
+        operation=Operation.SANDBOX_SETTINGS,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+    )
+    return _object(reply.data, Operation.SANDBOX_SETTINGS).get("egress")
+
+
+def put_egress(t: Transport, sandbox_id: str, rules: list[str], deadline: Deadline) -> Any:
+    """Replace the egress rules; answers them as the service now has them."""
+    reply = t.call(
+        "PUT",
+        f"{_sandbox(sandbox_id)}/egress",
+        operation=Operation.SANDBOX_SETTINGS,
+        repeat=Repeat.SAFE,  # the rules are replaced whole: sending them twice changes nothing
+        deadline=deadline,
+        json_body={"egress": rules},
+    )
+    return _object(reply.data, Operation.SANDBOX_SETTINGS).get("egress")
+
+
+def set_ingress(t: Transport, sandbox_id: str, enabled: bool, deadline: Deadline) -> dict[str, Any]:
+    """Switch public ingress; answers the sandbox."""
+    return _patch_sandbox(t, sandbox_id, {"ingress_enabled": enabled}, deadline)
+
+
+def set_auto_pause(
+    t: Transport, sandbox_id: str, seconds: int | None, deadline: Deadline
+) -> dict[str, Any]:
+    """Pause after ``seconds`` idle, or never (None); answers the sandbox."""
+    body: dict[str, Any] = (
+        {"disable_auto_pause": True} if seconds is None else {"auto_pause_after_seconds": seconds}
+    )
+    return _patch_sandbox(t, sandbox_id, body, deadline)
+
+
+def _patch_sandbox(
+    t: Transport, sandbox_id: str, body: dict[str, Any], deadline: Deadline
+) -> dict[str, Any]:
+    reply = t.call(
+        "PATCH",
+        _sandbox(sandbox_id),
+        operation=Operation.SANDBOX_SETTINGS,
+        repeat=Repeat.SAFE,  # absolute values: a repeat after a lost answer changes nothing
+        deadline=deadline,
+        json_body=body,
+    )
+    return _object(reply.data, Operation.SANDBOX_SETTINGS)
 
 
 # Files
@@ -171,19 +237,25 @@ def read_file(t: Transport, sandbox_id: str, path: str, deadline: Deadline) -> S
 
 
 def exec_command(
-    t: Transport, sandbox_id: str, cmd: str, args: list[str], deadline: Deadline
+    t: Transport,
+    sandbox_id: str,
+    cmd: str,
+    args: list[str],
+    deadline: Deadline,
+    *,
+    operation: str = Operation.EXEC,
 ) -> dict[str, Any]:
     """Buffered one-shot exec for housekeeping; its result is ``{exit_code, stdout, stderr}``."""
     reply = t.call(
         "POST",
         f"{_sandbox(sandbox_id)}/exec",
-        operation=Operation.EXEC,
+        operation=operation,
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body={"cmd": cmd, "args": args},
     )
-    result = _object(reply.data, Operation.EXEC).get("result")
-    return _object(result, Operation.EXEC)
+    result = _object(reply.data, operation).get("result")
+    return _object(result, operation)
 
 
 # Managed processes

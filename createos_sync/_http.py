@@ -23,6 +23,7 @@ import urllib3.exceptions
 
 from . import _retry
 from ._deadline import Deadline
+from ._logredact import redact_queries_for
 from ._pacer import Pacer, shared_pacer
 from ._retry import Repeat
 from .config import Config
@@ -108,6 +109,7 @@ class Transport:
         pacer: Pacer | None = None,
     ) -> None:
         self.config = config
+        redact_queries_for(config.api_root)  # urllib3's own DEBUG lines would show them
         self._owns_session = session is None
         self._session = session if session is not None else new_session()
         self._sleep = sleep

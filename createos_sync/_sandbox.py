@@ -8,18 +8,22 @@ first and then backing off, until it leaves its transitional state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _api, _retry
+from . import _api, _retry, _shield
 from ._deadline import Deadline
 from ._http import Transport
+from ._server_text import checked_id
 from .errors import (
     CreateosApiError,
     CreateosCleanupError,
     CreateosError,
     Operation,
+    ProtocolError,
     SandboxUnavailable,
+    attach_cleanup_failure,
     may_have_taken_effect,
 )
 from .models import SANDBOX_TRANSITIONAL, SandboxInfo
@@ -27,6 +31,9 @@ from .models import SANDBOX_TRANSITIONAL, SandboxInfo
 log = logging.getLogger("createos_sync.sandbox")
 
 RESUMABLE = frozenset({"paused", "error"})
+# After a creation that got no answer at all, a search by name that finds nothing is
+# repeated after these pauses: the request may still be on its way to being carried out.
+LATE_LOOKS = (0.5, 1.0)
 MAX_RESUME_REQUESTS = 2
 
 
@@ -36,42 +43,130 @@ def create(
     *,
     deadline: Deadline,
     cleanup_deadline: Deadline,
+    sleep: _retry.Sleep = time.sleep,
 ) -> SandboxInfo:
-    """Create a sandbox; if the reply is lost, find it by its unique name and destroy it.
+    """Create a sandbox named ``body["name"]``; see ``created`` for what a failure means."""
+    return created(
+        transport,
+        str(body["name"]),
+        lambda: _api.create_sandbox(transport, body, deadline),
+        operation=Operation.SANDBOX_CREATION,
+        cleanup_deadline=cleanup_deadline,
+        sleep=sleep,
+    )
 
-    The error raised after a lost reply says what is known: whether a
-    sandbox was found and destroyed, or could not be checked.
+
+def created(
+    transport: Transport,
+    name: str,
+    request: Callable[[], Mapping[str, Any]],
+    *,
+    operation: str,
+    cleanup_deadline: Deadline,
+    sleep: _retry.Sleep = time.sleep,
+) -> SandboxInfo:
+    """Send a request that creates a sandbox named ``name`` (a creation, a fork); its result.
+
+    The answer must carry a plausible id (``checked_id``). An answer without
+    one, a lost answer, or an interrupt while it was awaited all leave the
+    outcome unknown: every sandbox named ``name`` is then found and destroyed
+    before the error propagates, and the error says so. If that cannot be
+    done, the error is (or, for an interrupt, carries) a
+    ``CreateosCleanupError`` naming ``name``: a sandbox may exist. When no
+    answer came at all, the request may still be on its way to being
+    carried out: a search that finds nothing is repeated after a pause,
+    twice (``LATE_LOOKS``).
+
+    Request budget on an unknown outcome: one listing (three when no answer
+    came and nothing is found), plus one destroy per sandbox found.
+
+    Interrupts are held but while requests wait (``_shield``): call this
+    within ``_shield.held()`` and record the id before leaving it, so that
+    no interrupt can land between the answer and its record.
     """
-    name = str(body["name"])
+    with _shield.held():
+        try:
+            with _shield.delivered():
+                record = request()
+            checked_id(record.get("id"), f"sandbox id in the answer to {operation}")
+        except BaseException as exc:
+            if not may_have_taken_effect(exc):
+                raise
+            answered = isinstance(exc, ProtocolError) or (
+                isinstance(exc, CreateosApiError) and exc.status is not None
+            )
+            pauses = () if answered else LATE_LOOKS
+            _recover_or_raise(transport, name, exc, cleanup_deadline, pauses, sleep)
+            explained = _explained(exc, name)
+            if explained is exc:
+                raise
+            raise explained from None
+        return SandboxInfo.from_api(record)
+
+
+def _explained(exc: BaseException, name: str) -> BaseException:
+    """The error to raise once a creation of unknown outcome is known to have left nothing."""
+    gone = (
+        f"the creation's outcome was unknown; no sandbox named {name} exists now "
+        "(any that was created has been destroyed)"
+    )
+    if isinstance(exc, CreateosApiError):
+        return CreateosApiError(exc.operation, exc.status, request_id=exc.request_id, detail=gone)
+    if isinstance(exc, ProtocolError):
+        return ProtocolError(f"{exc}; {gone}")
+    return exc
+
+
+def _recover_or_raise(
+    transport: Transport,
+    name: str,
+    exc: BaseException,
+    deadline: Deadline,
+    pauses: tuple[float, ...],
+    sleep: _retry.Sleep,
+) -> None:
+    """Destroy what the creation may have made; raise if that cannot be confirmed."""
     try:
-        return SandboxInfo.from_api(_api.create_sandbox(transport, body, deadline))
-    except BaseException as exc:
-        if not may_have_taken_effect(exc):
-            raise
-        failure = _recover_lost_creation(transport, name, cleanup_deadline)
-        if failure is not None:
-            raise failure from exc
-        if isinstance(exc, CreateosApiError):
-            raise CreateosApiError(
-                exc.operation,
-                exc.status,
-                request_id=exc.request_id,
-                detail=f"the creation's outcome was unknown; no sandbox named {name} "
-                "exists now (any that was created has been destroyed)",
-            ) from None
+        failure = _recover_lost_creation(transport, name, deadline, pauses, sleep)
+    except BaseException as second:  # interrupted while looking: nothing is known
+        attach_cleanup_failure(
+            second,
+            CreateosCleanupError(
+                f"sandbox creation may have succeeded, and looking for sandbox {name} was "
+                "interrupted: it may be running (`createos-sync reap` finds it by that name "
+                "in the lease journal; `createos-sync ls` shows it)",
+                sandbox_id=None,
+                sandbox_destroyed=None,
+            ),
+        )
         raise
+    if failure is None:
+        return
+    if isinstance(exc, Exception):
+        raise failure from exc
+    attach_cleanup_failure(exc, failure)  # an interrupt stays what it is, with the note
+    raise exc
 
 
 def _recover_lost_creation(
-    transport: Transport, name: str, deadline: Deadline
+    transport: Transport,
+    name: str,
+    deadline: Deadline,
+    pauses: tuple[float, ...],
+    sleep: _retry.Sleep,
 ) -> CreateosCleanupError | None:
-    """Destroy every sandbox named ``name``; a failure to do so is returned, not raised."""
+    """Destroy every sandbox named ``name``; a failure to do so is returned, not raised.
+
+    If none is found, look again after each of ``pauses``.
+    """
     try:
-        found = [
-            s["id"]
-            for s in _api.list_sandboxes(transport, deadline)
-            if _api.sandbox_name(s) == name and isinstance(s.get("id"), str)
-        ]
+        found = _named(transport, name, deadline)
+        for pause in pauses:
+            if found:
+                break
+            with _shield.delivered():
+                sleep(pause)
+            found = _named(transport, name, deadline)
     except CreateosError as exc:
         log.error("could not look for sandbox %s after a lost creation reply: %s", name, exc)
         return CreateosCleanupError(
@@ -80,20 +175,41 @@ def _recover_lost_creation(
             sandbox_id=None,
             sandbox_destroyed=None,
         )
-    for sandbox_id in found:
+    for raw_id in found:
+        try:
+            sandbox_id = checked_id(raw_id, "sandbox id in the sandbox listing")
+        except ProtocolError:
+            return CreateosCleanupError(
+                f"a sandbox named {name} exists, but the service gives no usable id for it, "
+                "so it cannot be destroyed from here; check with `createos-sync ls`",
+                sandbox_id=None,
+                sandbox_destroyed=False,
+            )
         log.warning(
             "sandbox %s (%s) was created although its reply was lost: destroying it",
             sandbox_id,
             name,
         )
-        if not destroy(transport, sandbox_id, deadline):
+        with _shield.delivered():
+            destroyed = destroy(transport, sandbox_id, deadline)
+        if not destroyed:
             return CreateosCleanupError(
-                f"sandbox {sandbox_id} was created although its reply was lost, and "
+                f"sandbox {sandbox_id} ({name}) was created although its reply was lost, and "
                 "destroying it failed: it may still be running",
                 sandbox_id=sandbox_id,
                 sandbox_destroyed=False,
             )
     return None
+
+
+def _named(transport: Transport, name: str, deadline: Deadline) -> list[object]:
+    """The ids (unchecked) of every sandbox named ``name``."""
+    with _shield.delivered():
+        return [
+            s.get("id")
+            for s in _api.list_sandboxes(transport, deadline)
+            if _api.sandbox_name(s) == name
+        ]
 
 
 def settle(

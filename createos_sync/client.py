@@ -12,7 +12,8 @@ from . import _api, _retry
 from ._deadline import Deadline
 from ._http import Transport
 from ._options import LeaseOptions, OnExit
-from .config import Config
+from ._pacer import shared_pacer
+from .config import Config, RateScope
 from .lease import Lease
 from .models import SandboxInfo, Shape
 
@@ -20,10 +21,24 @@ from .models import SandboxInfo, Shape
 class Client:
     """A configured connection to CreateOS; safe to share between threads.
 
-    ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
-    ``CREATEOS_API_URL``, ``CREATEOS_SANDBOX_BASE_URL``, then the public
-    service. ``timeout`` is the default deadline of one operation and of one
-    command. ``sleep`` is injectable so that tests of retry paths run instantly.
+    Args:
+        api_key: falls back to ``CREATEOS_API_KEY``.
+        base_url: falls back to ``CREATEOS_API_URL``, then
+            ``CREATEOS_SANDBOX_BASE_URL``, then the public service. HTTPS
+            only, except to a loopback host; a trailing ``/v1`` is accepted.
+        timeout: seconds: the default deadline of one operation and the
+            default command timeout of ``Lease.run`` (cleanup always gets a
+            fresh deadline of its own).
+        max_retries: how often a retryable failure (429, and 5xx or a lost
+            answer for idempotent requests) is tried again.
+        requests_per_minute: the request budget. With ``rate_scope="machine"``
+            (the default) every process of this machine shares it (CreateOS
+            counts requests per caller IP); with ``"process"`` only this
+            process's clients do.
+        session: a ``requests.Session`` to use (not closed by ``close()``);
+            by default the client makes and owns one.
+        sleep: how to wait between retries; injectable so that tests of
+            retry paths run instantly.
 
     Raises:
         ConfigError: invalid or missing configuration (before any request).
@@ -37,6 +52,7 @@ class Client:
         timeout: float = 300.0,
         max_retries: int = 3,
         requests_per_minute: int = 300,
+        rate_scope: RateScope = "machine",
         session: requests.Session | None = None,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
@@ -46,9 +62,13 @@ class Client:
             timeout=timeout,
             max_retries=max_retries,
             requests_per_minute=requests_per_minute,
+            rate_scope=rate_scope,
         )
         self.sleep = sleep
-        self.transport = Transport(self.config, session=session, sleep=sleep)
+        pacer = shared_pacer(
+            self.config.base_url, self.config.requests_per_minute, self.config.rate_scope
+        )
+        self.transport = Transport(self.config, session=session, sleep=sleep, pacer=pacer)
 
     def shapes(self) -> list[Shape]:
         """The machine shapes on offer (1 request)."""
@@ -62,14 +82,19 @@ class Client:
         ]
 
     def sandbox(self, sandbox_id: str) -> SandboxInfo:
-        """One sandbox (1 request)."""
+        """The sandbox ``sandbox_id``, read afresh (1 request)."""
         return SandboxInfo.from_api(_api.get_sandbox(self.transport, sandbox_id, self._deadline()))
 
-    def destroy(self, sandbox_id: str) -> None:
-        """Destroy a sandbox; one that is already gone (404) counts as destroyed."""
+    def destroy(self, sandbox_id: str) -> bool:
+        """Destroy the sandbox ``sandbox_id`` (1 request).
+
+        One that is already gone (404) counts as destroyed: no error. Returns
+        True if this call destroyed it, False if the service did not know it
+        (already destroyed, or a mistyped id).
+        """
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise ValueError("sandbox_id must be a non-empty str")
-        _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
+        return _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
 
     def lease(
         self,
@@ -90,7 +115,28 @@ class Client:
         timeout: float | None = None,
         journal: bool = True,
     ) -> Lease:
-        """A lease using this client; the arguments are those of ``createos_sync.lease``."""
+        """A lease using this client, like ``createos_sync.lease`` (see it for the details).
+
+        Args:
+            shape: the machine shape (default ``CREATEOS_SHAPE``, then ``s-1vcpu-1gb``).
+            rootfs: a base image or a ready template's id.
+            region: where to place the sandbox.
+            name: a prefix of the sandbox's unique name.
+            egress: outbound rules (host names, ``*.`` wildcards, CIDRs); None allows all.
+            env: variables of the sandbox (fixed at creation).
+            ingress: make the sandbox's ports reachable by preview URLs.
+            auto_pause_after: the service's idle auto-pause, whole seconds in 60..86400.
+            max_lifetime: seconds after which a timer closes the lease.
+            ttl: the dead man's switch (seconds; None turns it off).
+            sandbox_id: attach to this existing sandbox instead of creating one.
+            fork_from: create the sandbox as a fork of this one.
+            on_exit: ``"destroy"``, ``"keep"`` or ``"pause"`` at close.
+            timeout: the deadline of one operation and the default command
+                timeout (default: this client's ``timeout``).
+            journal: record the sandbox in the local lease journal (False opts out).
+
+        Nothing is sent before ``open()`` / ``with``.
+        """
         options = LeaseOptions(
             shape=shape,
             rootfs=rootfs,
@@ -130,3 +176,15 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.config.base_url!r})"
+
+
+def client_for(config: Config) -> Client:
+    """A new client with the settings of ``config`` (in another process, or a fresh session)."""
+    return Client(
+        config.api_key,
+        config.base_url,
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+        requests_per_minute=config.requests_per_minute,
+        rate_scope=config.rate_scope,
+    )

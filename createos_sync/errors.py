@@ -25,7 +25,7 @@ CreateOS error bodies may echo the request, secrets included.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .result import RunResult
@@ -39,16 +39,32 @@ class Operation:
     SANDBOX_LIFECYCLE = "sandbox lifecycle"
     SANDBOX_LISTING = "sandbox listing"
     SANDBOX_CLEANUP = "sandbox cleanup"
+    SANDBOX_SETTINGS = "sandbox settings"
     PROCESS_CREATION = "process creation"
     PROCESS_CONTROL = "process control"
     PROCESS_CLEANUP = "process cleanup"
     OUTPUT_CONNECTION = "output connection"
     FILE_TRANSFER = "file transfer"
     EXEC = "housekeeping exec"
+    PORT_WAIT = "port wait"
 
 
 class CreateosError(Exception):
     """Base class of every error this package raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle rebuilds an exception as ``cls(*args)``, which the subclasses' own
+        # signatures refuse; rebuild from args and attributes instead, so that an error
+        # raised in another process (``cs.map`` on a process pool or a Dask cluster)
+        # comes back whole: its class, fields, notes and attached cleanup failures.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[CreateosError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(CreateosError, ValueError):
@@ -152,8 +168,35 @@ class UnsafeArchiveError(CreateosError, ValueError):
     archive is damaged."""
 
 
+# What a failure's message shows of the command's stderr: its last lines, each shortened.
+_TAIL_LINES = 5
+_TAIL_LINE_CHARS = 200
+
+
+def _stderr_tail(stderr: str) -> str:
+    """The last few non-blank lines of ``stderr``, indented, shortened and stripped of
+    control characters (a terminal must not interpret them), or "" when there are none."""
+    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    shown = []
+    for line in lines[-_TAIL_LINES:]:
+        clean = "".join(c if c.isprintable() else "?" for c in line.expandtabs(4))
+        if len(clean) > _TAIL_LINE_CHARS:
+            clean = clean[: _TAIL_LINE_CHARS - 3] + "..."
+        shown.append(f"  {clean}")
+    if not shown:
+        return ""
+    cut = len(lines) - len(shown)
+    head = f"stderr (last {len(shown)} of {len(lines)} lines):" if cut else "stderr:"
+    return "\n".join([head, *shown])
+
+
 class CommandFailed(CreateosError):
-    """A command run with ``check=True`` exited non-zero; ``.result`` has its output."""
+    """A command run with ``check=True`` exited non-zero; ``.result`` has its output.
+
+    The message ends with the last few lines of the command's stderr (at most
+    five, each cut at 200 characters, control characters shown as ``?``), as
+    ``subprocess`` users end up printing by hand; ``.result.stderr`` keeps all.
+    """
 
     def __init__(self, result: RunResult, message: str | None = None) -> None:
         self.result = result
@@ -163,6 +206,9 @@ class CommandFailed(CreateosError):
             else:
                 ended = f"exited with status {result.exit_code}"
             message = f"command {result.describe_args()} {ended} (process {result.process_id})"
+            tail = _stderr_tail(result.stderr)
+            if tail:
+                message += "\n" + tail
         super().__init__(message)
 
 
@@ -172,11 +218,12 @@ class CommandTimeout(CommandFailed, TimeoutError):
     def __init__(self, result: RunResult, timeout: float | None = None) -> None:
         self.timeout = timeout
         limit = f" of {timeout:g} s" if timeout is not None else ""
-        super().__init__(
-            result,
+        message = (
             f"command {result.describe_args()} timed out after its limit{limit}"
-            f" (process {result.process_id})",
+            f" (process {result.process_id})"
         )
+        tail = _stderr_tail(result.stderr)
+        super().__init__(result, f"{message}\n{tail}" if tail else message)
 
 
 def may_have_taken_effect(exc: BaseException) -> bool:

@@ -2,7 +2,9 @@
 
 Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
-else of the JSON is kept: sandbox records may echo environment values.
+else of the JSON is kept: sandbox records may echo environment values. Free
+text that is kept (egress rules, the ingress URL template) is checked first
+(``_server_text``), since a repr shows it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+
+from ._server_text import egress_rules, url_template
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
 
@@ -60,6 +64,7 @@ class Shape:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Shape:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         return cls(
             id=_str(data, "id") or "",
             vcpu=_number(data, "vcpu"),
@@ -86,9 +91,15 @@ class SandboxInfo:
     disk_mib: int | None = None
     paused_at: datetime | None = None
     auto_pause_after: int | None = None
+    ingress_enabled: bool | None = None
+    # Preview URLs: replace "<port>" (``Lease.preview_url`` does, and checks the result).
+    ingress_url_template: str | None = None
+    egress: tuple[str, ...] | None = None
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        rules = egress_rules(data.get("egress"))
         return cls(
             id=_str(data, "id") or "",
             status=_str(data, "status") or "unknown",
@@ -103,6 +114,9 @@ class SandboxInfo:
             disk_mib=_int(data, "disk_mib"),
             paused_at=_time(data, "paused_at"),
             auto_pause_after=_int(data, "auto_pause_after_seconds"),
+            ingress_enabled=_bool(data, "ingress_enabled"),
+            ingress_url_template=url_template(data.get("ingress_url_template")),
+            egress=tuple(rules) if rules is not None else None,
         )
 
 
@@ -122,6 +136,7 @@ class ProcessInfo:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         output = data.get("output")
         output = output if isinstance(output, Mapping) else {}
         return cls(

@@ -15,12 +15,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from . import _api, files
 from ._box import Box
 from ._command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate, unwrap
-from ._containment import DEFAULT_GRACE, terminate_confirmed
+from ._containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
 from ._deadline import Deadline
 from ._follow import Deliver, Follower
 from ._http import Stream
@@ -31,9 +31,11 @@ from .errors import (
     CreateosApiError,
     CreateosCleanupError,
     CreateosError,
+    LeaseClosed,
     OperationTimeout,
     ProtocolError,
     SandboxUnavailable,
+    add_note,
     may_have_taken_effect,
 )
 from .models import ProcessInfo
@@ -63,37 +65,30 @@ def launch(
 ) -> str:
     """Stage stdin if any, create the process (on a terminal if ``pty``), record it; its id.
 
-    A creation whose outcome is unknown poisons the lease: a process may
-    exist that nobody can name, so the sandbox must be destroyed at close.
+    A creation whose outcome is unknown (no answer, or one without a usable
+    ``process_id``) poisons the lease: a process may exist that nobody can
+    name, so the sandbox must be destroyed at close. Once the lease closes,
+    no creation is sent (``LeaseClosed``); one sent before is waited for by
+    ``close()``, which then terminates its process.
     """
+    if box.closing.is_set():
+        raise LeaseClosed("this lease is closing: no new process may start in it")
     staged = None
     if stdin is not None:
         staged = files.scratch_path("stdin")
         files.write(box, staged, stdin, deadline)
     args = command.wrapper(gate, staged)
-    try:
-        record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty)
-    except BaseException as exc:
-        if not may_have_taken_effect(exc):
-            raise
-        box.table.ambiguous_creation()
-        log.error(
-            "process creation in sandbox %s failed without a clear answer: the lease is "
-            "poisoned and will destroy the sandbox when it closes",
-            box.sandbox_id,
-        )
-        if isinstance(exc, CreateosApiError):
-            raise CreateosApiError(
-                exc.operation,
-                exc.status,
-                request_id=exc.request_id,
-                outcome_unknown=True,
-                detail=f"the process may have been created; the lease is poisoned and will "
-                f"destroy sandbox {box.sandbox_id} when it closes",
-            ) from None
-        raise
-    process_id: str = record["process_id"]
-    box.table.started(process_id)
+    with box.table.creating():
+        try:
+            record = _api.create_process(
+                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty
+            )
+        except BaseException as exc:
+            if not may_have_taken_effect(exc):
+                raise
+            _poison(box, exc)
+        process_id: str = record["process_id"]
+        box.table.started(process_id)
     log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
     if pty is not None and record.get("kind", "pty") != "pty":
         # On pipes, the key that releases a terminal's gate would never
@@ -112,6 +107,32 @@ def release(
         return
     key = RELEASE_LINE if gate is Gate.STDIN_LINE else RELEASE_KEY + typed
     _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
+
+
+def _poison(box: Box, exc: BaseException) -> NoReturn:
+    """A process creation of unknown outcome: poison the lease, and say so in the error."""
+    box.table.ambiguous_creation()
+    log.error(
+        "process creation in sandbox %s failed without a clear answer: the lease is "
+        "poisoned and will destroy the sandbox when it closes",
+        box.sandbox_id,
+    )
+    poisoned = (
+        "the process may have been created; the lease is poisoned and will destroy "
+        f"sandbox {box.sandbox_id} when it closes"
+    )
+    if isinstance(exc, CreateosApiError):
+        raise CreateosApiError(
+            exc.operation,
+            exc.status,
+            request_id=exc.request_id,
+            outcome_unknown=True,
+            detail=poisoned,
+        ) from None
+    if isinstance(exc, ProtocolError):  # an answer without a usable process id
+        raise ProtocolError(f"{exc}; {poisoned}") from None
+    add_note(exc, poisoned)
+    raise exc
 
 
 class Execution:
@@ -140,7 +161,7 @@ class Execution:
             self.box.transport,
             self.box.sandbox_id,
             self.id,
-            deadline=self.box.cleanup_deadline(),
+            budget=CleanupTime.of(self.box.transport),
             grace=grace,
         )
         self.box.table.settle(self.id, confirmed)
@@ -176,8 +197,11 @@ def run(
 
     Whatever interrupts the run (an error, Ctrl-C) first terminates the
     process tree, then propagates. ``escalate`` is called when a second
-    Ctrl-C arrives during that termination: it destroys the sandbox. On a
-    terminal, nobody types: the release key is followed by a Ctrl-D, so
+    Ctrl-C arrives during that termination: it destroys the sandbox. A
+    process that closing the lease terminated (from another thread) raises
+    ``LeaseClosed``, or, when the lease reached its ``max_lifetime``, ends
+    as timed out; one that exited on its own meanwhile keeps its result. On
+    a terminal, nobody types: the release key is followed by a Ctrl-D, so
     that a command reading lines sees the end of its input at once, as a
     pipe command sees an empty stdin.
     """
@@ -194,13 +218,22 @@ def run(
         if not (box.closing.is_set() and isinstance(exc, CreateosError)):
             stop(execution, escalate)
             raise
-        exit_frame = None  # the lease was closed under this run (max_lifetime): a timeout
+        exit_frame, cut = None, True  # the lease closed under this run
     else:
+        # killed by a signal after closing began terminating it: cut short by close()
+        cut = exit_frame is not None and exit_frame.signal is not None and (
+            box.table.was_cut(process_id)
+        )
         if exit_frame is None:
             log.info("process %s timed out after %g s: terminating it", process_id, timeout)
             stop(execution, escalate)
     execution.follower.flush()
-    timed_out = exit_frame is None or box.closing.is_set()
+    if cut and not box.table.expired:
+        raise LeaseClosed(
+            f"the lease was closed while command {describe_args(command.args)} ran: closing it "
+            f"terminated process {process_id}"
+        )
+    timed_out = exit_frame is None or cut
     signal = None if exit_frame is None else exit_frame.signal
     exit_code = None if timed_out or exit_frame is None or signal else exit_frame.exit_code
     return RunResult(
@@ -365,10 +398,13 @@ class Process:
         return self._live.drain()
 
     def send(self, data: str | bytes) -> None:
-        r"""Write to the process's stdin; on a terminal, type it (1 request).
+        r"""Write ``data`` (``str`` as UTF-8, or ``bytes``) to the process's stdin (1 request).
 
-        A terminal processes what is typed as a keyboard would: it echoes
-        it, a line ends with ``"\r"`` (Enter), ``"\x03"`` is Ctrl-C.
+        On a terminal it is typed, and processed as a keyboard's would be:
+        echoed, a line ends with ``"\r"`` (Enter), ``"\x03"`` is Ctrl-C.
+
+        Raises ValueError when its stdin is closed (given as ``stdin=``, or
+        ``close_stdin()`` was called).
         """
         if not isinstance(data, (str, bytes)):
             raise TypeError("data must be str or bytes")
@@ -397,9 +433,13 @@ class Process:
     def resize(self, rows: int, cols: int) -> None:
         """Change a terminal process's size; its foreground programs get SIGWINCH (1 request).
 
+        Args:
+            rows: the terminal's new height in lines, 1..65535.
+            cols: its new width in columns, 1..65535.
+
         Raises:
-            ValueError, TypeError: not a terminal process, or not a size of
-                1..65535 rows and columns (before any request).
+            ValueError, TypeError: not a terminal process, or not such a size
+                (before any request).
         """
         if not self.terminal:
             raise ValueError(f"process {self.id} is not on a terminal: start it with pty=...")

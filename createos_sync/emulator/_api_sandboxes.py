@@ -1,7 +1,8 @@
-"""Endpoints for the catalog, sandbox lifecycle, egress rules and files.
+"""Endpoints for the catalog, sandbox lifecycle and settings, egress rules and files.
 
-Egress rules are stored and returned, never enforced: sandboxed commands use
-the host's network in both isolation modes.
+Egress rules (strings: host names, ``*.`` wildcards, CIDRs) are stored and
+returned, never enforced: sandboxed commands use the host's network in both
+isolation modes.
 """
 
 from __future__ import annotations
@@ -56,9 +57,7 @@ class SandboxApi:
         rootfs = text(body, "rootfs", default=DEFAULT_ROOTFS)
         if rootfs not in ROOTFS_NAMES:
             raise ApiError(400, "unknown rootfs")
-        ingress = body.get("ingress_enabled", False)
-        if not isinstance(ingress, bool):
-            raise ApiError(400, "ingress_enabled must be a boolean")
+        ingress = _flag(body, "ingress_enabled")
         spec = SandboxSpec(
             shape=shape,
             rootfs=rootfs,
@@ -68,7 +67,7 @@ class SandboxApi:
             envs=text_map(body, "envs"),
             egress=_rules(body),
             auto_pause_after_seconds=integer(body, "auto_pause_after_seconds", 60, 86400, None),
-            ingress_enabled=ingress,
+            ingress_enabled=bool(ingress),
         )
         return success(self._store.create(spec).to_json(), 201)
 
@@ -97,6 +96,26 @@ class SandboxApi:
     def fork(self, request: Request, sandbox_id: str) -> Response:
         name = optional_text(json_body(request, optional=True), "name")
         return success(self._store.fork(sandbox_id, name).to_json(), 201)
+
+    def patch(self, request: Request, sandbox_id: str) -> Response:
+        """Change ingress and auto-pause of a live sandbox; answers the sandbox."""
+        body = json_body(request)
+        changes: dict[str, Any] = {}
+        ingress = _flag(body, "ingress_enabled")
+        if ingress is not None:
+            changes["ingress_enabled"] = ingress
+        seconds = integer(body, "auto_pause_after_seconds", 60, 86400, None)
+        disable = _flag(body, "disable_auto_pause")
+        if seconds is not None and disable:
+            raise ApiError(400, "give auto_pause_after_seconds or disable_auto_pause, not both")
+        if seconds is not None or disable:
+            changes["auto_pause_after_seconds"] = seconds
+        if not changes:
+            raise ApiError(
+                400, "nothing to change: ingress_enabled, auto_pause_after_seconds, "
+                "disable_auto_pause"
+            )  # fmt: skip
+        return success(self._store.configure(sandbox_id, **changes).to_json())
 
     def egress(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.live(sandbox_id)
@@ -137,13 +156,23 @@ def _page(items: list[Any], total: int, limit: int, offset: int) -> dict[str, An
     return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset}}
 
 
-def _rules(body: dict[str, Any]) -> list[Any]:
+def _rules(body: dict[str, Any]) -> list[str]:
     rules = body.get("egress")
     if rules is None:
         return []
-    if not isinstance(rules, list):
-        raise ApiError(400, "egress must be a list of rules")
+    if not isinstance(rules, list) or not all(
+        isinstance(r, str) and r and not any(c.isspace() or not c.isprintable() for c in r)
+        for r in rules
+    ):
+        raise ApiError(400, "egress must be a list of rule strings (hosts, *.wildcards, CIDRs)")
     return rules
+
+
+def _flag(body: dict[str, Any], key: str) -> bool | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(400, f"{key} must be a boolean")
+    return value
 
 
 def _path_arg(request: Request) -> str:

@@ -1,5 +1,8 @@
 """The WSGI application: routing, rate limit, authentication, faults, request log.
 
+Paths under ``/_ingress/`` are preview URLs, handed to the ingress proxy
+before any of that (``_ingress``).
+
 Every request goes through the same steps, in the service's order: route
 (one operation name per endpoint), rate limit per client address, API key,
 then either a scripted fault or the real handler. The admin endpoints under
@@ -27,6 +30,8 @@ from werkzeug.wrappers import Request, Response
 from ._api_processes import ProcessApi
 from ._api_sandboxes import SandboxApi
 from ._faults import Fault, FaultQueue, fault_from_json
+from ._ingress import PREFIX as INGRESS_PREFIX
+from ._ingress import IngressProxy
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import SandboxStore
@@ -45,6 +50,7 @@ ROUTES = (
     ("/v1/sandboxes", "GET", "sandbox.list"),
     (SB, "GET", "sandbox.get"),
     (SB, "DELETE", "sandbox.delete"),
+    (SB, "PATCH", "sandbox.patch"),
     (f"{SB}/pause", "POST", "sandbox.pause"),
     (f"{SB}/resume", "POST", "sandbox.resume"),
     (f"{SB}/fork", "POST", "sandbox.fork"),
@@ -120,6 +126,7 @@ class App:
         self._limiter = limiter
         self._requests = requests
         self._map = _route_map()
+        self._ingress = IngressProxy(store)
         sandboxes = SandboxApi(store)
         processes = ProcessApi(store, heartbeat)
         self._delete_process = processes.delete
@@ -131,6 +138,7 @@ class App:
             "sandbox.list": sandboxes.list,
             "sandbox.get": sandboxes.get,
             "sandbox.delete": sandboxes.delete,
+            "sandbox.patch": sandboxes.patch,
             "sandbox.pause": sandboxes.pause,
             "sandbox.resume": sandboxes.resume,
             "sandbox.fork": sandboxes.fork,
@@ -155,6 +163,8 @@ class App:
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "").startswith(INGRESS_PREFIX):
+            return self._ingress(environ, start_response)  # preview URLs: not the API
         request = Request(environ)
         response = self._dispatch(request)
         response.headers["X-Request-Id"] = f"req-{secrets.token_hex(6)}"

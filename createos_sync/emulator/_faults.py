@@ -16,7 +16,7 @@ from typing import Any
 OPERATIONS = frozenset(
     {
         "healthz", "shapes", "rootfs",
-        "sandbox.create", "sandbox.list", "sandbox.get", "sandbox.delete",
+        "sandbox.create", "sandbox.list", "sandbox.get", "sandbox.delete", "sandbox.patch",
         "sandbox.pause", "sandbox.resume", "sandbox.fork", "sandbox.egress",
         "file.write", "file.read", "exec",
         "process.create", "process.list", "process.get", "process.connect",

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from ._app import App
 from ._faults import FaultQueue
 from ._http import Connections, serve
+from ._ingress import PREFIX as INGRESS_PREFIX
 from ._isolation import choose
+from ._janitor import Janitor
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import LiveProcess, SandboxStore
@@ -87,6 +89,7 @@ class Emulator:
         self._connections: Connections | None = None
         self._thread: threading.Thread | None = None
         self._temp_root: str | None = None
+        self._janitor: Janitor | None = None
         self.url = ""
         self.isolation = ""
 
@@ -99,6 +102,7 @@ class Emulator:
         isolation = choose(self._isolation_mode)
         if self._root_dir is None:
             self._temp_root = tempfile.mkdtemp(prefix="createos-emulator-")
+            self._janitor = Janitor(self._temp_root)  # removes it even after kill -9
             root = Path(self._temp_root)
         else:
             root = self._root_dir
@@ -127,6 +131,7 @@ class Emulator:
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
         self.url = f"http://{shown}:{port}"
+        self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
         self.isolation = isolation.name
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -155,6 +160,9 @@ class Emulator:
         if self._temp_root is not None:
             shutil.rmtree(self._temp_root, ignore_errors=True)
             self._temp_root = None
+        if self._janitor is not None:
+            self._janitor.release()
+            self._janitor = None
 
     def __enter__(self) -> Emulator:
         return self.start()

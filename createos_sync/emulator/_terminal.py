@@ -8,11 +8,13 @@ terminal, so that the kernel does what a terminal does: Ctrl-C typed as input
 becomes SIGINT for the foreground process group, and a resize (TIOCSWINSZ on
 the master) sends it SIGWINCH.
 
-Which process takes the terminal as its controlling tty depends on the
-isolation: under bubblewrap the status reporter (the namespace's PID 1) does
-it in the child it forks for the command; otherwise ``CTTY_SHIM`` does it just
-before exec'ing the launch (the command itself, or bubblewrap when the
-reporter cannot run). The leader was started in a new session, and the slave
+The reporter (``_reporter --terminal``) does it in the child it forks for
+the command, in both modes: as the namespace's PID 1 under bubblewrap, and
+as the subreaper without isolation (which itself stays in a session of its
+own, so it still finds every descendant). Only when bubblewrap runs without
+the reporter (this interpreter is not visible in the sandbox) does
+``CTTY_SHIM`` do it, just before exec'ing bubblewrap, whose session the
+command then shares. The leader was started in a new session, and the slave
 was opened by the emulator with O_NOCTTY, so no session holds it before.
 """
 

@@ -25,6 +25,7 @@ def test_operation_names_are_the_published_ones() -> None:
             "sandbox.list",
             "sandbox.get",
             "sandbox.delete",
+            "sandbox.patch",
             "sandbox.pause",
             "sandbox.resume",
             "sandbox.fork",

@@ -163,9 +163,13 @@ def test_lost_answer_to_creation_is_not_retried(client: Client, service: Service
     box._finish_close()
 
 
-def test_404_on_destroy_is_success(client: Client, service: Service) -> None:
+def test_404_on_destroy_is_success_and_says_it_was_already_gone(
+    client: Client, service: Service
+) -> None:
     service.destroy_sandbox(http=404)
-    client.destroy(SANDBOX)
+    assert client.destroy(SANDBOX) is False
+    service.destroy_sandbox()
+    assert client.destroy(SANDBOX) is True
 
 
 def test_query_string_never_reaches_an_error_message(client: Client, service: Service) -> None:
