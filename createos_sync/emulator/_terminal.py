@@ -13,7 +13,7 @@ the command, in both modes: as the namespace's PID 1 under bubblewrap, and
 as the subreaper without isolation (which itself stays in a session of its
 own, so it still finds every descendant). Only when bubblewrap runs without
 the reporter (this interpreter is not visible in the sandbox) does
-``CTTY_SHIM`` do it, just before exec'ing bubblewrap, whose session the
+``_ctty`` do it, just before exec'ing bubblewrap, whose session the
 command then shares. The leader was started in a new session, and the slave
 was opened by the emulator with O_NOCTTY, so no session holds it before.
 """
@@ -26,29 +26,18 @@ import os
 import struct
 import sys
 import termios
+from pathlib import Path
 
 MAX_SIDE = 0xFFFF  # struct winsize holds unsigned shorts
 STREAM = "pty"
 
-# Run as ``python -I -S -c CTTY_SHIM ARGV...`` by a session leader whose fd 0 is
-# the slave. Python ignores SIGPIPE and SIGXFSZ, and ignored signals survive
-# exec: the command gets the defaults back.
-CTTY_SHIM = """\
-import fcntl, os, signal, sys, termios
-fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-try:
-    os.execvp(sys.argv[1], sys.argv[1:])
-except OSError as exc:
-    os.write(2, f"{sys.argv[1]}: {exc.strerror}\\n".encode())
-    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
-"""
+# The helper that takes the terminal when no reporter runs (a file: see its docstring).
+CTTY_HELPER = str(Path(__file__).resolve().with_name("_ctty.py"))
 
 
 def with_controlling_tty(argv: list[str]) -> list[str]:
-    """``argv`` run by a shim that first makes stdin (the slave) the controlling tty."""
-    return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
+    """``argv`` run by a helper that first makes stdin (the slave) the controlling tty."""
+    return [sys.executable, "-I", "-S", CTTY_HELPER, *argv]
 
 
 def open_terminal(rows: int, cols: int) -> tuple[int, int]:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from createos_sync.emulator._terminal import open_terminal, read_output, with_controlling_tty
 
 from .helpers import Api, output
 
@@ -150,3 +155,22 @@ def test_pipe_only_and_terminal_only_operations(api: Api) -> None:
     assert api.wait_exit(sandbox_id, tty)["exit_code"] == 0
     api.call("POST", api.proc_path(sandbox_id, plain, "/stdin/close"))
     assert api.wait_exit(sandbox_id, plain)["exit_code"] == 0
+
+
+def test_the_helper_without_a_reporter_gives_the_terminal_to_the_command() -> None:
+    # bubblewrap without the status reporter: the helper runs on the host, before bwrap
+    master, slave = open_terminal(24, 80)
+    try:
+        argv = with_controlling_tty([sys.executable, "-c", OWNS_TERMINAL])
+        assert "-c" not in argv[: argv.index(sys.executable, 1)]  # run from its file
+        child = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+        )
+        os.close(slave)
+        seen = b""
+        while chunk := read_output(master, 4096):
+            seen += chunk
+        assert child.wait(timeout=DEADLINE) == 0
+        assert seen == b"True True True\r\n"
+    finally:
+        os.close(master)
