@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             on_exit="keep" if args.keep else None,
             journal=not args.local,
         )
-        _open(lease, client, args)
+        open_lease(lease, client, args)
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
                 say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
@@ -162,8 +162,11 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _open(lease: Lease, client: Client, args: argparse.Namespace) -> None:
-    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error."""
+def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
+    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error.
+
+    ``args`` has ``shape`` and ``rootfs`` (``run`` and ``shell`` share this).
+    """
     try:
         lease.open()
     except CreateosApiError as exc:

@@ -32,10 +32,12 @@ from ..result import RunResult
 from . import _local
 from ._keystrokes import Typist
 from ._report import EXIT_FAILURE, UsageError
+from ._run import open_lease
 from ._signals import signals_interrupt
 from ._tty import local_term, raw_mode, window_size
 
 LOGIN_SHELL = ["/bin/bash", "-l"]
+HELP_HINT = "see `createos-sync shell --help`"
 READ_SIZE = 65536
 EXIT_HANGUP = 128 + signal.SIGHUP
 
@@ -68,7 +70,9 @@ def add_parser(
     parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
     parser.add_argument("--rootfs", help="root file system image")
     parser.add_argument(
-        "--local", action="store_true", help="use an in-process emulator (no account needed)"
+        "--local",
+        action="store_true",
+        help="use an in-process emulator (no account needed; its sandboxes end with it)",
     )
     parser.add_argument(
         "sandbox_id", nargs="?", metavar="SANDBOX_ID", help="an existing sandbox (kept)"
@@ -80,13 +84,23 @@ def shell(args: argparse.Namespace) -> int:
     """The ``shell`` subcommand; returns the exit status (see the module docstring)."""
     stdin = sys.stdin.fileno()
     if not os.isatty(stdin):
-        raise UsageError("shell needs a terminal on stdin (to type into the sandbox's)")
+        raise UsageError(
+            "shell needs a terminal on stdin (to type into the sandbox's)", hint=HELP_HINT
+        )
     if args.sandbox_id and (args.shape or args.rootfs):
-        raise UsageError("--shape and --rootfs choose a new sandbox: not with SANDBOX_ID")
+        raise UsageError(
+            "--shape and --rootfs choose a new sandbox: not with SANDBOX_ID", hint=HELP_HINT
+        )
     if args.sandbox_id and args.local:
-        raise UsageError("SANDBOX_ID cannot be used with --local: the emulator starts empty")
+        raise UsageError(
+            "SANDBOX_ID cannot be used with --local: the emulator starts empty", hint=HELP_HINT
+        )
     with signals_interrupt(), _local.client(local=args.local) as client:
-        lease = client.lease(args.shape, rootfs=args.rootfs, sandbox_id=args.sandbox_id)
+        # The in-process emulator's sandboxes die with it: nothing for `reap` to find later.
+        lease = client.lease(
+            args.shape, rootfs=args.rootfs, sandbox_id=args.sandbox_id, journal=not args.local
+        )
+        open_lease(lease, client, args)
         with lease as box:
             return Session(box, stdin, sys.stdout.fileno()).run()
 

@@ -132,7 +132,9 @@ def test_shell_refuses_without_a_terminal_on_stdin(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    assert len(done.stderr.splitlines()) == 1 and "terminal" in done.stderr
+    first, hint = done.stderr.splitlines()  # one line, then where to read more
+    assert first.startswith("createos-sync: error: ") and "terminal" in first
+    assert hint == "see `createos-sync shell --help`"
 
 
 def test_run_tty_runs_on_a_terminal_of_the_window_size(emulator: Emulator) -> None:
