@@ -3,6 +3,7 @@ the sandbox's paths mean the same to commands as to the files API."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -14,6 +15,7 @@ import pytest
 
 from createos_sync import Lease
 from createos_sync.emulator import Emulator
+from createos_sync.emulator._isolation import REPORTER
 
 from .helpers import FAST, own_emulator, proc_state
 from .subprocesses import finish, read_until, spawn, wait_until
@@ -131,3 +133,50 @@ def test_a_plain_command_reports_its_exact_status(box: Lease) -> None:
     assert (killed.exit_code, killed.signal) == (None, "SIGKILL")
     assert box.run("exit 137").exit_code == 137  # told apart from a SIGKILL
 
+
+
+# Run by the terminal's session leader (bash): the terminal is its controlling tty, this
+# child is in its foreground group, and the leader's parent is the subreaper.
+ON_TERMINAL = (
+    "import os; os.close(os.open('/dev/tty', os.O_RDWR)); "
+    "print(os.getsid(0) == os.getppid(), os.tcgetpgrp(0) == os.getpgrp(), flush=True)"
+)
+
+
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def _parent(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rindex(")") + 2 :].split()[1])
+
+
+def test_a_terminal_command_leads_its_session_under_the_subreaper(
+    plain: Emulator, box: Lease
+) -> None:
+    box.write_file("/workspace/in.txt", b"mapped\n")
+    assert box.run("cat /workspace/in.txt", pty=True).stdout == "mapped\r\n"
+    seconds = marker()
+    script = f'setsid sleep {seconds} >/dev/null 2>&1 & python3 -c "$1"; exec sleep 600'
+    process = box.start(["bash", "-c", script, "-", ON_TERMINAL], pty=True)
+    assert next(process.output()) == ("stdout", "True True\r\n")
+    wait_until(lambda: sleepers(seconds), "the escaped sleep")
+    leader = wait_until(lambda: _sleeping_leader(plain, process.id), "exec sleep 600")
+    helper = _argv(_parent(leader))  # what `ps` shows of it: a short prefix, then the command
+    assert helper[1:5] == ["-I", "-S", REPORTER, "--subreaper"] and helper[6] == "--terminal"
+    assert helper[7].isdigit() and "-c" not in helper[:8]  # then the command, no source code
+    process.terminate()
+    assert sleepers(seconds) == []  # it left the session, not the subreaper's tree
+
+
+
+def _sleeping_leader(plain: Emulator, process_id: str) -> int | None:
+    """The session leader of that process's tree, once it runs ``sleep 600``."""
+    for live in plain.live_processes():
+        if live.process_id == process_id:
+            for pid in live.pids:
+                with contextlib.suppress(OSError):
+                    if os.getsid(pid) == pid and _argv(pid) == ["sleep", "600"]:
+                        return pid
+    return None
