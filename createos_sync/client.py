@@ -31,10 +31,10 @@ class Client:
             fresh deadline of its own).
         max_retries: how often a retryable failure (429, and 5xx or a lost
             answer for idempotent requests) is tried again.
-        requests_per_minute: the request budget. With ``rate_scope="machine"``
-            (the default) every process of this machine shares it (CreateOS
-            counts requests per caller IP); with ``"process"`` only this
-            process's clients do.
+        requests_per_minute: the request budget per base URL.
+        rate_scope: who shares that budget: ``"machine"`` (the default) every
+            process of this machine (CreateOS counts requests per caller IP),
+            ``"process"`` only this process's clients.
         session: a ``requests.Session`` to use (not closed by ``close()``);
             by default the client makes and owns one.
         sleep: how to wait between retries; injectable so that tests of

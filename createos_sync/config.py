@@ -57,8 +57,9 @@ class Config:
 
         ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
         ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
-        public service. ``timeout`` (seconds), ``max_retries`` and
-        ``requests_per_minute`` are those of ``Client``. ``environ`` replaces
+        public service. ``timeout`` (seconds), ``max_retries``,
+        ``requests_per_minute`` and ``rate_scope`` are those of ``Client``.
+        ``environ`` replaces
         ``os.environ`` as the environment read (for tests).
         """
         env = os.environ if environ is None else environ
