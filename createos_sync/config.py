@@ -59,8 +59,7 @@ class Config:
         ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
         public service. ``timeout`` (seconds), ``max_retries``,
         ``requests_per_minute`` and ``rate_scope`` are those of ``Client``.
-        ``environ`` replaces
-        ``os.environ`` as the environment read (for tests).
+        ``environ`` replaces ``os.environ`` as the environment read (for tests).
         """
         env = os.environ if environ is None else environ
         key = api_key if api_key is not None else env.get(API_KEY_ENV)
