@@ -13,7 +13,11 @@ from typing import Any
 
 import attrs
 
+from ._server_text import SIGNAL, STATUS, token
+
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
+# A sandbox in one of these states will not serve again: waits stop there.
+SANDBOX_UNAVAILABLE = frozenset({"error", "failed", "destroying", "destroyed"})
 
 
 def _str(data: Mapping[str, Any], key: str) -> str | None:
@@ -91,7 +95,8 @@ class SandboxInfo:
     def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
         return cls(
             id=_str(data, "id") or "",
-            status=_str(data, "status") or "unknown",
+            # Shown in reprs and messages: a known status, or a fixed placeholder.
+            status=token(data.get("status"), STATUS) or "unknown",
             shape=_str(data, "shape"),
             rootfs=_str(data, "rootfs"),
             region=_str(data, "region"),
@@ -131,7 +136,7 @@ class ProcessInfo:
             leader_exited=_bool(data, "leader_exited"),
             tree_exited=_bool(data, "tree_exited"),
             exit_code=_int(data, "exit_code"),
-            signal=_str(data, "signal"),
+            signal=token(_str(data, "signal"), SIGNAL),
             oldest_seq=_int(output, "oldest_seq"),
             newest_seq=_int(output, "newest_seq"),
         )

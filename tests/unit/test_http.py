@@ -43,7 +43,9 @@ def test_api_error_carries_status_operation_and_request_id(
         client.sandbox(SANDBOX)
     error = caught.value
     assert (error.status, error.operation, error.request_id) == (403, "sandbox lifecycle", "r-9")
-    assert str(error) == "HTTP 403 during sandbox lifecycle (request id r-9)"
+    # The service's message, once the key it echoed is removed (see wire.failure).
+    assert str(error) == "HTTP 403 during sandbox lifecycle (request id r-9): failed [redacted]"
+    assert error.server_message == "failed [redacted]"
 
 
 def test_error_body_echoing_the_key_never_reaches_message_or_repr(
@@ -104,8 +106,11 @@ RETRY_TABLE = [
     ("GET", 500, 4),
     ("GET", 404, 1),
     ("GET", 400, 1),
-    ("POST", 503, 1),  # process creation: never repeated after a 5xx
-    ("POST", 500, 1),
+    ("POST", 503, 4),  # process creation: 503 means "not processed", so it is retried
+    ("POST", 500, 1),  # but never repeated after a 5xx that may have taken effect
+    ("POST", 502, 1),
+    ("POST", 504, 1),
+    ("GET", 408, 1),  # the long poll's "not yet": its caller decides, not the transport
     ("POST", 429, 4),
     ("DELETE", 503, 4),  # sandbox destroy is idempotent
 ]
