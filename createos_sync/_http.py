@@ -257,6 +257,8 @@ class Transport:
         if remaining <= 0:
             raise OperationTimeout(request.operation, deadline.seconds)
         read = remaining if read_timeout is None else min(remaining, read_timeout)
+        if not math.isfinite(read):  # no deadline (a background process): still no hang
+            read = self.config.timeout
         started = time.monotonic()
         lost = None
         try:

@@ -38,7 +38,7 @@ MESSAGE_LIMIT = 200
 # hiding every occurrence of "1" would destroy the message, and it is no secret.
 _SHORT = 4
 # What a service may echo of a request line: "?after=0", "&path=/x".
-_QUERY = re.compile(r"[?&][^\s?&=]*=[^\s&]*")
+_QUERY = re.compile(r"[?&][^\s?&=]*=\S*")
 
 
 def checked_id(value: object, what: str) -> str:

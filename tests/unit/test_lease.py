@@ -398,3 +398,41 @@ def test_journal_forgets_a_refused_creation(client: Client, service: Service) ->
     with pytest.raises(cs.CreateosApiError):
         client.lease().open()
     assert Journal().entries() == []
+
+
+@pytest.mark.parametrize("status", ["failed", "error", "destroying", "destroyed"])
+def test_a_waiting_open_stops_at_a_state_that_will_not_serve(
+    client: Client, service: Service, sleeps: list[float], status: str
+) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox("creating")
+    service.get_sandbox(status)  # stops here: no further poll until the deadline
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        client.lease().open()
+    assert caught.value.status == status and SANDBOX in str(caught.value)
+    assert len(service.calls("GET")) == 2 and len(sleeps) == 1
+
+
+def test_a_waiting_resume_stops_at_error(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.open_running()
+    box = client.lease().open()
+    service.get_sandbox("paused")
+    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 202, {"id": SANDBOX, "status": "resuming"})
+    service.get_sandbox("resuming")
+    service.get_sandbox("error")
+    with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is error"):
+        box.resume()
+    assert len(service.calls("POST", "/resume")) == 1  # error is not resumed again and again
+    box._finish_close()
+
+
+def test_a_hostile_sandbox_status_is_never_shown(client: Client, service: Service) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox(f"broken {KEY}")
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        client.lease().open()
+    assert KEY not in str(caught.value) and caught.value.status == "(unrecognised)"
