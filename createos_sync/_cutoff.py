@@ -120,7 +120,9 @@ class _Alarms:
                     target=self._run, name="createos-cutoff", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            elif self._heap[0][2] is cutoff:
+                self._cond.notify()  # due before the one the thread sleeps until
+            # else the thread's sleep ends earlier anyway: no wake-up per request
 
     def _drop_finished(self) -> None:
         # Most requests end long before their deadline: forget them now and then.
