@@ -111,7 +111,7 @@ def test_a_sandbox_failing_mid_run_is_sandbox_unavailable(
     for caught in (during.value, after.value):
         assert (caught.sandbox_id, caught.status) == (sandbox_id, status)
         assert str(caught).startswith(f"sandbox {sandbox_id} is {status}")
-        assert "SIGKILL" not in str(caught) and "409" not in str(caught)
+        assert "SIGKILL" not in str(caught) and "HTTP 409" not in str(caught)
     assert took < SLACK, took  # no spinning until a deadline
     assert check_no_leaks(emu, set()) == []
     ledger.add(scenarios=1, runs=2, leases=1)

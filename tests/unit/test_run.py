@@ -379,7 +379,7 @@ def test_process_creation_409_in_a_dead_sandbox_is_sandbox_unavailable(
     service.get_sandbox(status)
     with pytest.raises(cs.SandboxUnavailable) as caught:
         box.run("x")
-    assert caught.value.status == status and "409" not in str(caught.value)
+    assert caught.value.status == status and "HTTP 409" not in str(caught.value)
 
 
 def test_process_creation_409_in_a_running_sandbox_stays_an_api_error(
