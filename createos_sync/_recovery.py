@@ -55,8 +55,10 @@ class ServiceRecovery:
         return Ended(Exit(info.exit_code, None), info.newest_seq)
 
     def _wait_once(self, deadline: Deadline) -> dict[str, object] | None:
-        remaining = deadline.remaining() - WAIT_MARGIN
-        timeout_ms = min(WAIT_POLL_MS, max(0, int(remaining * 1000)))
+        # The answer must come within the deadline, and within a read's timeout when the
+        # deadline is infinite (a background process): the client's operation timeout.
+        patience = min(deadline.remaining(), self._transport.config.timeout) - WAIT_MARGIN
+        timeout_ms = min(WAIT_POLL_MS, max(0, int(patience * 1000)))
         try:
             return _api.wait_process(
                 self._transport, self._sandbox_id, self._process_id, timeout_ms, deadline

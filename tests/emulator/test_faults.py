@@ -21,6 +21,7 @@ def test_operation_names_are_the_published_ones() -> None:
             "healthz",
             "shapes",
             "rootfs",
+            "whoami",
             "sandbox.create",
             "sandbox.list",
             "sandbox.get",
