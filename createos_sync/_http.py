@@ -114,6 +114,12 @@ class _Adapter(requests.adapters.HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = dict(_cutoff.POOL_CLASSES)
 
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):  # SOCKS pools have connections of their own
+            manager.pool_classes_by_scheme = dict(_cutoff.POOL_CLASSES)
+        return manager
+
 
 def new_session() -> requests.Session:
     """A session with a pool big enough for many threads and no retries of its own."""
