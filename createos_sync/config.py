@@ -23,11 +23,25 @@ RateScope = Literal["machine", "process"]
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+class ApiKey(str):
+    """The API key: a ``str`` whose repr never shows it.
+
+    Tracebacks rendered with their locals (``pytest -l``, rich, error
+    trackers) show the repr of every local of every frame: a header dict or
+    a config value holding the key must not give it away there.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ApiKey('***')"
+
+
 @attrs.frozen
 class Config:
     """Validated settings of one client. The key never appears in the repr."""
 
-    api_key: str = attrs.field(repr=False)
+    api_key: ApiKey = attrs.field(repr=False, converter=ApiKey)
     base_url: str
     timeout: float = 300.0
     max_retries: int = 3
@@ -82,13 +96,25 @@ def default_shape(environ: Mapping[str, str] | None = None) -> str:
     return env.get(SHAPE_ENV) or DEFAULT_SHAPE
 
 
-def validate_api_key(key: str | None) -> str:
-    """Return the key if usable as a header value; the message never shows it."""
+def validate_api_key(key: str | None) -> ApiKey:
+    """Return the key if it can be sent as a header value; the message never shows it.
+
+    A header carries printable ASCII: anything else fails at the first request
+    (or is silently rejected by the service), and surrounding whitespace is
+    stripped by servers, so that every request would fail as if unanswered.
+    """
+    if key is not None and not isinstance(key, str):
+        raise ConfigError("the API key must be a str")
     if key is None or not key.strip():
         raise ConfigError(f"no API key: pass api_key= or set {API_KEY_ENV}")
-    if any(c in key for c in "\r\n\0"):
-        raise ConfigError("the API key contains CR, LF or NUL and cannot be sent in a header")
-    return key
+    if not (key.isascii() and key.isprintable()):
+        raise ConfigError(
+            "the API key must be printable ASCII: it holds a character that cannot be sent "
+            "in a header (non-ASCII, a control character such as CR, LF or NUL)"
+        )
+    if key != key.strip():
+        raise ConfigError("the API key starts or ends with whitespace: remove it")
+    return ApiKey(key)
 
 
 def normalize_base_url(url: str) -> str:
