@@ -20,6 +20,7 @@ from .errors import Operation, ProtocolError
 
 PAGE_LIMIT = 500
 STREAM_IDLE_TIMEOUT = 60.0  # no byte, not even a heartbeat, for this long: the stream is dead
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
 def _sandbox(sandbox_id: str) -> str:
@@ -317,6 +318,23 @@ def connect_output(
     )
 
 
+def wait_process(
+    t: Transport, sandbox_id: str, process_id: str, timeout_ms: int, deadline: Deadline
+) -> dict[str, Any] | None:
+    """Long-poll until the process's whole tree has exited and return its record; None
+    when ``timeout_ms`` passed first (408: "not yet", never retried by the transport)."""
+    reply = t.call(
+        "GET",
+        f"{_process(sandbox_id, process_id)}/wait",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        params={"scope": "tree", "timeout_ms": str(max(0, timeout_ms))},
+        allow=frozenset({408}),
+    )
+    return None if reply.status == 408 else _object(reply.data, Operation.PROCESS_CONTROL)
+
+
 def close_stdin(t: Transport, sandbox_id: str, process_id: str, deadline: Deadline) -> None:
     """Close the process's stdin; 409 (already closed) is fine."""
     t.call(
@@ -374,3 +392,29 @@ def terminate_process(
         allow=frozenset({404}),
     )
     return None if reply.status == 404 else _object(reply.data, Operation.PROCESS_CLEANUP)
+
+
+# Any other endpoint
+
+
+def request(
+    t: Transport,
+    method: str,
+    path: str,
+    deadline: Deadline,
+    *,
+    json_body: Any = None,
+    params: dict[str, str] | None = None,
+) -> Any:
+    """One request to an endpoint this module does not wrap (``path`` is checked by the
+    caller); retried as its method allows. Returns the envelope's ``data``."""
+    reply = t.call(
+        method,
+        path,
+        operation=Operation.REQUEST,
+        repeat=Repeat.SAFE if method in IDEMPOTENT_METHODS else Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        params=params,
+        json_body=json_body,
+    )
+    return reply.data

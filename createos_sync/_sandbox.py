@@ -2,7 +2,10 @@
 
 Status changes are asynchronous in CreateOS: a 2xx to ``pause`` or
 ``resume`` only means "accepted". Every wait here polls the sandbox, fast at
-first and then backing off, until it leaves its transitional state.
+first and then backing off, until it leaves its transitional state, or until
+it reaches a state it will not come back from to serve (``error``,
+``failed``, ``destroying``, ``destroyed``: ``SandboxUnavailable`` at once,
+as the official SDK's waits do, rather than spinning to the deadline).
 """
 
 from __future__ import annotations
@@ -26,11 +29,10 @@ from .errors import (
     attach_cleanup_failure,
     may_have_taken_effect,
 )
-from .models import SANDBOX_TRANSITIONAL, SandboxInfo
+from .models import SANDBOX_TRANSITIONAL, SANDBOX_UNAVAILABLE, SandboxInfo
 
 log = logging.getLogger("createos_sync.sandbox")
 
-RESUMABLE = frozenset({"paused", "error"})
 # After a creation that got no answer at all, a search by name that finds nothing is
 # repeated after these pauses: the request may still be on its way to being carried out.
 LATE_LOOKS = (0.5, 1.0)
@@ -222,7 +224,7 @@ def settle(
 
     return _retry.poll(
         read,
-        lambda info: info.status not in SANDBOX_TRANSITIONAL,
+        lambda info: info.status not in SANDBOX_TRANSITIONAL or info.status in SANDBOX_UNAVAILABLE,
         deadline=deadline,
         operation=Operation.SANDBOX_LIFECYCLE,
         sleep=sleep,
@@ -243,7 +245,7 @@ def ensure_running(
             info = settle(transport, sandbox_id, deadline, sleep)
         if info.status == "running":
             return info
-        if info.status not in RESUMABLE or resumes >= MAX_RESUME_REQUESTS:
+        if info.status != "paused" or resumes >= MAX_RESUME_REQUESTS:
             raise SandboxUnavailable(sandbox_id, info.status, "it cannot be brought to running")
         log.info("resuming sandbox %s (%s)", sandbox_id, info.status)
         _api.request_transition(transport, sandbox_id, "resume", deadline)
@@ -260,6 +262,30 @@ def pause(
     if info.status != "paused":
         raise SandboxUnavailable(sandbox_id, info.status, "it did not pause")
     return info
+
+
+def raise_if_unavailable(
+    transport: Transport, sandbox_id: str, deadline: Deadline, detail: str
+) -> None:
+    """Read the sandbox (1 request): ``SandboxUnavailable`` if it will not serve again.
+
+    Asked when something looks like the sandbox died under a command (a
+    stream ended without an exit frame, a creation refused with 409). A
+    failure to read it says nothing: the caller goes on with its own error.
+    """
+    try:
+        info = SandboxInfo.from_api(_api.get_sandbox(transport, sandbox_id, deadline))
+    except CreateosApiError as exc:
+        if exc.status != 404:
+            log.debug("could not read sandbox %s: %s", sandbox_id, exc)
+            return
+        gone = f"the service no longer knows it; {detail}"
+        raise SandboxUnavailable(sandbox_id, "destroyed", gone) from None
+    except CreateosError as exc:
+        log.debug("could not read sandbox %s: %s", sandbox_id, exc)
+        return
+    if info.status in SANDBOX_UNAVAILABLE:
+        raise SandboxUnavailable(sandbox_id, info.status, detail)
 
 
 def destroy(transport: Transport, sandbox_id: str, deadline: Deadline) -> bool:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json as jsonlib
+import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from types import EllipsisType, TracebackType
+from typing import Any
 
 import requests
 
@@ -16,6 +20,11 @@ from ._pacer import shared_pacer
 from .config import Config, RateScope
 from .lease import Lease
 from .models import SandboxInfo, Shape
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+# One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,
+# percent escape, query string or fragment can be written with these.
+_API_PATH = re.compile(r"(?:/[A-Za-z0-9._~:@!$'()*+,;=-]+)+/?\Z")
 
 
 class Client:
@@ -31,10 +40,10 @@ class Client:
             fresh deadline of its own).
         max_retries: how often a retryable failure (429, and 5xx or a lost
             answer for idempotent requests) is tried again.
-        requests_per_minute: the request budget. With ``rate_scope="machine"``
-            (the default) every process of this machine shares it (CreateOS
-            counts requests per caller IP); with ``"process"`` only this
-            process's clients do.
+        requests_per_minute: the request budget per base URL.
+        rate_scope: who shares that budget: ``"machine"`` (the default) every
+            process of this machine (CreateOS counts requests per caller IP),
+            ``"process"`` only this process's clients.
         session: a ``requests.Session`` to use (not closed by ``close()``);
             by default the client makes and owns one.
         sleep: how to wait between retries; injectable so that tests of
@@ -156,6 +165,46 @@ class Client:
         )
         return Lease(self, options)
 
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str | int | float | bool] | None = None,
+    ) -> Any:
+        """Send one request to any endpoint under ``/v1``; return the envelope's ``data``.
+
+        The escape hatch for what the package does not wrap yet (networks,
+        disks, bandwidth, ssh keys): ``client.request("GET", "/whoami")``.
+        ``path`` is relative to ``/v1`` (a leading ``/v1`` is accepted). The
+        request goes through the client's pacer, and its errors are the
+        package's, secret-safe ones (the message of a 4xx is shown scrubbed
+        of the key and of every value ``json`` and ``params`` carried).
+
+        Request budget: 1, plus retries as PROTOCOL.md allows by method: after
+        429 or 503 for every method; after 500, 502, 504 or a lost answer only
+        for GET, HEAD, PUT and DELETE (POST and PATCH may have taken effect);
+        at most ``max_retries`` retries in all.
+
+        Raises:
+            ValueError, TypeError: an unknown method, a path that is not a
+                relative API path (a URL, ``..``, a query string or fragment),
+                ``json`` that is not JSON, or bad ``params``: before any request.
+            CreateosApiError: the service answered with a failure, or not at all.
+        """
+        verb = _checked_method(method)
+        relative = _checked_path(path)
+        if json is not None:
+            try:
+                jsonlib.dumps(json, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"json must be JSON-serialisable ({type(exc).__name__})") from None
+        query = _checked_params(params)
+        return _api.request(
+            self.transport, verb, relative, self._deadline(), json_body=json, params=query
+        )
+
     def close(self) -> None:
         """Release the HTTP session (if this client created it)."""
         self.transport.close()
@@ -188,3 +237,46 @@ def client_for(config: Config) -> Client:
         requests_per_minute=config.requests_per_minute,
         rate_scope=config.rate_scope,
     )
+
+
+def _checked_method(method: object) -> str:
+    if not isinstance(method, str):
+        raise TypeError("method must be a str such as 'GET'")
+    verb = method.upper()
+    if verb not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(sorted(METHODS))}")
+    return verb
+
+
+def _checked_path(path: object) -> str:
+    """A path relative to ``/v1``, such as ``/whoami``; never one that leaves the API."""
+    if not isinstance(path, str):
+        raise TypeError("path must be a str such as '/whoami'")
+    relative = path[len("/v1") :] if path.startswith("/v1/") else path
+    segments = relative.split("/")[1:]
+    if not _API_PATH.match(relative) or any(s in (".", "..") for s in segments):
+        raise ValueError(
+            "path must be an API path such as '/whoami': it starts with '/' and holds no "
+            "scheme, host, '..', percent escape, query string or fragment (use params=)"
+        )
+    return relative
+
+
+def _checked_params(params: object) -> dict[str, str] | None:
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise TypeError("params must be a mapping of names to str, int, float or bool")
+    query = {}
+    for name, value in params.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError("params names must be non-empty str")
+        if isinstance(value, bool):
+            query[name] = "true" if value else "false"
+        elif isinstance(value, str) or (
+            isinstance(value, (int, float)) and math.isfinite(value)
+        ):
+            query[name] = str(value)
+        else:
+            raise TypeError(f"params[{name!r}] must be a str, int, finite float or bool")
+    return query

@@ -5,12 +5,12 @@
     CreateosError
     ├── ConfigError (also ValueError)     bad configuration, found before any request
     ├── CreateosApiError                  an HTTP answer (or a lost one) that is a failure:
-    │                                     .status, .operation, .request_id
+    │                                     .status, .operation, .request_id, .server_message
     ├── OperationTimeout (also TimeoutError)   an operation outlived its deadline
     ├── SandboxUnavailable                the sandbox is in a state that cannot serve
     ├── LeaseClosed (also RuntimeError)   the lease is not open (closed, expired, never opened)
     ├── ProtocolError                     malformed envelope / frame / sequence
-    │   └── OutputLostError               the journal evicted output before it was read
+    │   └── OutputLostError               output could not be read: .lost_through, .result
     ├── CreateosCleanupError              containment unconfirmed: .sandbox_id,
     │                                     .process_ids, .sandbox_destroyed
     ├── UnsafeArchiveError (also ValueError)   a downloaded tar refused before extraction
@@ -18,8 +18,10 @@
         └── CommandTimeout (also TimeoutError)
 
 Messages are built from fixed operation labels, HTTP statuses and ids only:
-never from a response body, a query string, a header or the API key, because
-CreateOS error bodies may echo the request, secrets included.
+never from a raw response body, a query string, a header or the API key,
+because CreateOS error bodies may echo the request, secrets included. The one
+piece of server text shown is the ``message`` of a 4xx answer, once scrubbed
+of the key and of every value the request sent (``_server_text.scrub``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Operation:
     FILE_TRANSFER = "file transfer"
     EXEC = "housekeeping exec"
     PORT_WAIT = "port wait"
+    REQUEST = "API request"
 
 
 class CreateosError(Exception):
@@ -77,7 +80,9 @@ class CreateosApiError(CreateosError):
     ``status`` is the HTTP status, or ``None`` when no answer arrived (a
     connection error or a timeout). ``outcome_unknown`` is true when the
     request may have taken effect although it failed (a creation whose reply
-    was lost).
+    was lost). ``server_message`` is the service's own explanation of a 4xx
+    ("unknown shape"), scrubbed of the API key and of every value the request
+    sent, at most about 200 printable characters; None for a 5xx or no answer.
     """
 
     def __init__(
@@ -89,12 +94,14 @@ class CreateosApiError(CreateosError):
         detail: str | None = None,
         outcome_unknown: bool = False,
         retry_after: float | None = None,
+        server_message: str | None = None,
     ) -> None:
         self.operation = operation
         self.status = status
         self.request_id = request_id
         self.outcome_unknown = outcome_unknown
         self.retry_after = retry_after
+        self.server_message = server_message
         what = f"HTTP {status}" if status is not None else "no answer"
         message = f"{what} during {operation}"
         if request_id:
@@ -137,7 +144,21 @@ class ProtocolError(CreateosError):
 
 
 class OutputLostError(ProtocolError):
-    """Output was evicted from the process's journal before it could be read."""
+    """Output could not be read: evicted from the process's journal, or unreachable.
+
+    ``lost_through`` is the sequence number of the last output frame that
+    cannot be read (None when the service did not say). ``result`` is the
+    ``RunResult`` when the command's end is known all the same (its exit
+    status recovered after the stream kept dropping): its output is what was
+    read before the loss.
+    """
+
+    def __init__(
+        self, message: str, *, lost_through: int | None = None, result: RunResult | None = None
+    ) -> None:
+        self.lost_through = lost_through
+        self.result = result
+        super().__init__(message)
 
 
 class CreateosCleanupError(CreateosError):

@@ -15,9 +15,11 @@ from typing import Any
 
 import attrs
 
-from ._server_text import egress_rules, url_template
+from ._server_text import SIGNAL, STATUS, egress_rules, token, url_template
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
+# A sandbox in one of these states will not serve again: waits stop there.
+SANDBOX_UNAVAILABLE = frozenset({"error", "failed", "destroying", "destroyed"})
 
 
 def _str(data: Mapping[str, Any], key: str) -> str | None:
@@ -102,7 +104,8 @@ class SandboxInfo:
         rules = egress_rules(data.get("egress"))
         return cls(
             id=_str(data, "id") or "",
-            status=_str(data, "status") or "unknown",
+            # Shown in reprs and messages: a known status, or a fixed placeholder.
+            status=token(data.get("status"), STATUS) or "unknown",
             shape=_str(data, "shape"),
             rootfs=_str(data, "rootfs"),
             region=_str(data, "region"),
@@ -146,7 +149,7 @@ class ProcessInfo:
             leader_exited=_bool(data, "leader_exited"),
             tree_exited=_bool(data, "tree_exited"),
             exit_code=_int(data, "exit_code"),
-            signal=_str(data, "signal"),
+            signal=token(_str(data, "signal"), SIGNAL),
             oldest_seq=_int(output, "oldest_seq"),
             newest_seq=_int(output, "newest_seq"),
         )

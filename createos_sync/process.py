@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NoReturn
 
-from . import _api, files
+from . import _api, _sandbox, files
 from ._box import Box
 from ._command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate, unwrap
 from ._containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
@@ -26,6 +26,7 @@ from ._follow import Deliver, Follower
 from ._http import Stream
 from ._ndjson import Exit
 from ._output import Capture, fan_out
+from ._recovery import ServiceRecovery
 from ._terminal import EOF_KEY, Size, checked_size
 from .errors import (
     CreateosApiError,
@@ -84,6 +85,10 @@ def launch(
                 box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty
             )
         except BaseException as exc:
+            if isinstance(exc, CreateosApiError) and exc.status == 409:
+                # The sandbox may have failed: that, not "HTTP 409", is what the caller must learn.
+                detail = "it can no longer start processes"
+                _sandbox.raise_if_unavailable(box.transport, box.sandbox_id, deadline, detail)
             if not may_have_taken_effect(exc):
                 raise
             _poison(box, exc)
@@ -141,7 +146,10 @@ class Execution:
     def __init__(self, box: Box, process_id: str, deliver: Deliver, *, after: int = 0) -> None:
         self.box = box
         self.id = process_id
-        self.follower = Follower(self._connect, deliver, after=after, sleep=box.sleep)
+        recovery = ServiceRecovery(box.transport, box.sandbox_id, process_id, box.sleep)
+        self.follower = Follower(
+            self._connect, deliver, after=after, sleep=box.sleep, recovery=recovery
+        )
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
         return _api.connect_output(
@@ -236,7 +244,7 @@ def run(
     timed_out = exit_frame is None or cut
     signal = None if exit_frame is None else exit_frame.signal
     exit_code = None if timed_out or exit_frame is None or signal else exit_frame.exit_code
-    return RunResult(
+    result = RunResult(
         args=command.args,
         exit_code=exit_code,
         stdout=capture.stdout.getvalue(),
@@ -248,6 +256,8 @@ def run(
         duration=time.monotonic() - started,
         timeout=timeout,
     )
+    execution.follower.raise_if_lost(result)
+    return result
 
 
 class LiveOutput:
@@ -376,7 +386,7 @@ class Process:
             raise self._error
         terminated = self._exit is None or self._box.closing.is_set()
         signal = None if self._exit is None else self._exit.signal
-        return RunResult(
+        result = RunResult(
             args=self.args,
             exit_code=None if terminated or signal or self._exit is None else self._exit.exit_code,
             stdout=self._capture.stdout.getvalue(),
@@ -387,6 +397,8 @@ class Process:
             truncated=self._capture.truncated,
             duration=self._duration,
         )
+        self._execution.follower.raise_if_lost(result)
+        return result
 
     def output(self) -> Iterator[tuple[str, str]]:
         """Yield ``(stream, text)`` as it arrives, until the process ends.

@@ -83,6 +83,18 @@ class SandboxApi:
     def get(self, request: Request, sandbox_id: str) -> Response:
         return success(self._store.get(sandbox_id).to_json())
 
+    def whoami(self, request: Request) -> Response:
+        """The caller and its sandbox counts, as the official SDK's ``who_am_i`` reads them."""
+        statuses = [s.settle() for s in self._store.page(None, 1 << 31, 0)[0]]
+        running, paused = statuses.count("running"), statuses.count("paused")
+        stats = {
+            "running": running,
+            "paused": paused,
+            "other": len(statuses) - running - paused,
+            "total": len(statuses),
+        }
+        return success({"user_id": "emulator", "stats": stats})
+
     def delete(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.destroy(sandbox_id)
         return success({"id": sandbox.id, "status": sandbox.settle()})

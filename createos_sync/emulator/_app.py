@@ -46,6 +46,7 @@ ROUTES = (
     ("/v1/healthz", "GET", "healthz"),
     ("/v1/shapes", "GET", "shapes"),
     ("/v1/rootfs", "GET", "rootfs"),
+    ("/v1/whoami", "GET", "whoami"),
     ("/v1/sandboxes", "POST", "sandbox.create"),
     ("/v1/sandboxes", "GET", "sandbox.list"),
     (SB, "GET", "sandbox.get"),
@@ -134,6 +135,7 @@ class App:
             "healthz": sandboxes.healthz,
             "shapes": sandboxes.shapes,
             "rootfs": sandboxes.rootfs,
+            "whoami": sandboxes.whoami,
             "sandbox.create": sandboxes.create,
             "sandbox.list": sandboxes.list,
             "sandbox.get": sandboxes.get,
@@ -229,15 +231,20 @@ class App:
                 return Response(fault.body, mimetype=mimetype or "application/json")
             assert fault.status is not None
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
-            return failure(ApiError(fault.status, "scripted fault", headers=headers))
+            error = ApiError(fault.status, fault.message, headers=headers, envelope=fault.envelope)
+            return failure(error)
         if fault.tree_exited_false:
             response = self._delete_process(request, **args, confirm=False, kill=fault.kill)
         else:
             response = handler(request, **args)
         time.sleep(fault.delay)
+        stream: Iterable[bytes] = response.response  # type: ignore[assignment]
+        body: Iterable[bytes] | None = None
         if fault.drop_after_frames is not None and response.status_code == 200:
-            stream: Iterable[bytes] = response.response  # type: ignore[assignment]
             body = _DropAfter(stream, fault.drop_after_frames, request)
+        elif fault.trickle:
+            body = _Trickle(stream, fault.trickle)
+        if body is not None:
             response = Response(body, status=response.status_code, headers=response.headers,
                                 direct_passthrough=True)  # fmt: skip
         return response
@@ -289,6 +296,26 @@ class _DropAfter:
                 return
             sent += data
             yield line
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
+
+
+class _Trickle:
+    """A body sent one byte at a time, ``interval`` seconds apart (a slow or hostile link)."""
+
+    def __init__(self, body: Iterable[bytes], interval: float) -> None:
+        self._body = body
+        self._interval = interval
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b""  # the status line and headers go at once
+        for chunk in self._body:
+            for i in range(len(chunk)):
+                time.sleep(self._interval)
+                yield chunk[i : i + 1]
 
     def close(self) -> None:
         close = getattr(self._body, "close", None)

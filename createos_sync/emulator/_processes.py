@@ -382,6 +382,11 @@ class ManagedProcess:
             time.sleep(0.05)
         return True
 
+    def abort(self) -> None:
+        """The sandbox failed: the tree dies, and its streams end without an exit frame."""
+        self.journal.abort()
+        self.stop()
+
     def stop(self) -> None:
         """Kill the tree and release every thread and pipe (destroy, shutdown)."""
         self.kill()

@@ -258,6 +258,17 @@ class SandboxStore:
         sandbox.storage.remove()
         return sandbox
 
+    def fail(self, sandbox_id: str, status: str) -> Sandbox:
+        """The sandbox breaks down (``failed`` or ``error``): its processes die with it,
+        and their output streams end without an exit frame, as a dead VM's would."""
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            sandbox.status, sandbox.target = status, None
+            processes = list(sandbox.processes.values())
+        for process in processes:
+            process.abort()
+        return sandbox
+
     # -- processes ---------------------------------------------------------
 
     def new_process(

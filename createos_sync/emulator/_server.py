@@ -198,6 +198,20 @@ class Emulator:
         """Processes whose tree still has a running OS process (asks the kernel)."""
         return self._require_store().live_processes()
 
+    def fail_sandbox(self, sandbox_id: str, status: str = "failed") -> None:
+        """Make a sandbox break down as a failing VM would (``failed`` or ``error``).
+
+        Its processes are killed, their output streams end without an exit
+        frame, and it answers with that status from now on (creating a
+        process: 409). It can still be destroyed.
+        """
+        if status not in ("failed", "error"):
+            raise ValueError("status must be 'failed' or 'error'")
+        try:
+            self._require_store().fail(sandbox_id, status)
+        except ApiError:
+            raise KeyError(sandbox_id) from None
+
     def sandbox_path(self, sandbox_id: str, path: str) -> Path:
         """The host path where ``path`` of that sandbox is stored."""
         try:

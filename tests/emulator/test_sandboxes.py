@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -197,3 +198,20 @@ def test_idle_sandbox_is_paused_by_itself(tmp_path: Path) -> None:
         wait_until(lambda: sandbox.settle() == "paused", what="auto-pause")
     finally:
         store.close()
+
+
+def test_a_failed_sandbox_ends_its_streams_without_an_exit_and_refuses_work(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    process_id = api.process(sandbox_id, "sleep", "1000")
+    with api.connect(sandbox_id, process_id) as response:
+        api.emu.fail_sandbox(sandbox_id)
+        frames = [json.loads(line) for line in response.iter_lines() if line]
+    assert [f["type"] for f in frames if f["type"] != "heartbeat"] == []  # no exit frame
+    assert api.status(sandbox_id) == "failed"
+    assert api.emu.live_processes() == []
+    assert api.frames(sandbox_id, process_id) == []  # a reconnection ends at once, too
+    created = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
+    assert created.status_code == 409
+    api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
+    with pytest.raises(ValueError):
+        api.emu.fail_sandbox(sandbox_id, "paused")

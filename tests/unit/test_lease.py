@@ -104,9 +104,7 @@ def test_failed_destroy_after_failed_open_is_a_cleanup_error(
     client: Client, service: Service
 ) -> None:
     service.create_sandbox("creating")
-    service.get_sandbox("error")
-    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 409)
-    service.get_sandbox("failed")
+    service.get_sandbox("error")  # the wait stops here: no resume, no further poll
     for _ in range(4):  # the first try and three retries
         service.destroy_sandbox(http=503)
     with pytest.raises(cs.CreateosCleanupError) as caught:
@@ -143,7 +141,7 @@ def test_lost_creation_reply_finds_the_sandbox_by_name_and_destroys_it(
 def test_lost_creation_reply_that_cannot_be_checked_is_a_cleanup_error(
     client: Client, service: Service
 ) -> None:
-    service.create_sandbox(http=503)
+    service.create_sandbox(http=502)
     for _ in range(4):
         service.add("GET", "/sandboxes", 500)
     with pytest.raises(cs.CreateosCleanupError, match="createos-sync ls"):
@@ -230,7 +228,7 @@ def test_termination_failing_once_is_retried_once(
     service.open_running()
     box = client.lease().open()
     start_background(box, service, release)
-    service.terminate(http=503)
+    service.terminate(http=502)
     service.terminate(tree_exited=True)
     service.destroy_sandbox()
     box.close()
@@ -268,8 +266,8 @@ def test_termination_failing_twice_destroys_the_sandbox_and_says_so(
     service.open_running()
     box = client.lease(on_exit="keep").open()
     start_background(box, service, release)
-    service.terminate(http=503)
-    service.terminate(http=503)
+    service.terminate(http=502)
+    service.terminate(http=502)
     service.get_process(tree_exited=False)
     for _ in range(1 if destroy_status == 200 else 4):
         service.destroy_sandbox(http=destroy_status)
@@ -285,10 +283,10 @@ def test_termination_failing_twice_destroys_the_sandbox_and_says_so(
 def test_ambiguous_process_creation_poisons_the_lease(client: Client, service: Service) -> None:
     service.open_running()
     box = client.lease(on_exit="keep").open()
-    service.create_process(http=503)
+    service.create_process(http=502)
     with pytest.raises(cs.CreateosApiError) as caught:
         box.run("true")
-    assert caught.value.status == 503 and caught.value.outcome_unknown
+    assert caught.value.status == 502 and caught.value.outcome_unknown
     assert "poisoned" in str(caught.value)
     assert len(service.calls("POST", "/processes")) == 1  # never created twice
     before = len(service.mock.calls)
@@ -577,3 +575,39 @@ def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
         assert journal.entries() == []
     assert journal.entries() == []
     assert not journal.path.exists()  # not even an empty journal file was written
+@pytest.mark.parametrize("status", ["failed", "error", "destroying", "destroyed"])
+def test_a_waiting_open_stops_at_a_state_that_will_not_serve(
+    client: Client, service: Service, sleeps: list[float], status: str
+) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox("creating")
+    service.get_sandbox(status)  # stops here: no further poll until the deadline
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        client.lease().open()
+    assert caught.value.status == status and SANDBOX in str(caught.value)
+    assert len(service.calls("GET")) == 2 and len(sleeps) == 1
+
+
+def test_a_waiting_resume_stops_at_error(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.open_running()
+    box = client.lease().open()
+    service.get_sandbox("paused")
+    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 202, {"id": SANDBOX, "status": "resuming"})
+    service.get_sandbox("resuming")
+    service.get_sandbox("error")
+    with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is error"):
+        box.resume()
+    assert len(service.calls("POST", "/resume")) == 1  # error is not resumed again and again
+    box._finish_close()
+
+
+def test_a_hostile_sandbox_status_is_never_shown(client: Client, service: Service) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox(f"broken {KEY}")
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        client.lease().open()
+    assert KEY not in str(caught.value) and caught.value.status == "(unrecognised)"
