@@ -1,10 +1,12 @@
-"""Where decoded output goes: bounded capture, the user's callback, live echo."""
+"""Where decoded output goes: bounded capture, the user's callback, live echo, and the
+bounded queue a background process's ``output()`` reads."""
 
 from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 OnOutput = Callable[[str, str], None]
 
@@ -109,3 +111,37 @@ def fan_out(*sinks: OnOutput | None) -> OnOutput:
             sink(stream, text)
 
     return deliver
+
+
+class LiveOutput:
+    """Output waiting for ``Process.output()``: bounded, never blocking the follower."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: collections.deque[tuple[str, str]] = collections.deque()
+        self._size = 0
+        self._ended = False
+        self._ready = threading.Condition()
+
+    def put(self, stream: str, text: str) -> None:
+        with self._ready:
+            self._items.append((stream, text))
+            self._size += len(text)
+            while self._size > self._limit and len(self._items) > 1:
+                self._size -= len(self._items.popleft()[1])
+            self._ready.notify_all()
+
+    def end(self) -> None:
+        with self._ready:
+            self._ended = True
+            self._ready.notify_all()
+
+    def drain(self) -> Iterator[tuple[str, str]]:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._items or self._ended)
+                if not self._items:
+                    return
+                item = self._items.popleft()
+                self._size -= len(item[1])
+            yield item

@@ -9,7 +9,6 @@ its gate is released by a typed key instead (see ``_command.RELEASE_KEY``).
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import threading
@@ -25,7 +24,7 @@ from ._deadline import Deadline
 from ._follow import Deliver, Follower
 from ._http import Stream
 from ._ndjson import Exit
-from ._output import Capture, fan_out
+from ._output import Capture, LiveOutput, fan_out
 from ._recovery import ServiceRecovery
 from ._terminal import EOF_KEY, Size, checked_size
 from .errors import (
@@ -258,40 +257,6 @@ def run(
     )
     execution.follower.raise_if_lost(result)
     return result
-
-
-class LiveOutput:
-    """Output waiting for ``Process.output()``: bounded, never blocking the follower."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._items: collections.deque[tuple[str, str]] = collections.deque()
-        self._size = 0
-        self._ended = False
-        self._ready = threading.Condition()
-
-    def put(self, stream: str, text: str) -> None:
-        with self._ready:
-            self._items.append((stream, text))
-            self._size += len(text)
-            while self._size > self._limit and len(self._items) > 1:
-                self._size -= len(self._items.popleft()[1])
-            self._ready.notify_all()
-
-    def end(self) -> None:
-        with self._ready:
-            self._ended = True
-            self._ready.notify_all()
-
-    def drain(self) -> Iterator[tuple[str, str]]:
-        while True:
-            with self._ready:
-                self._ready.wait_for(lambda: self._items or self._ended)
-                if not self._items:
-                    return
-                item = self._items.popleft()
-                self._size -= len(item[1])
-            yield item
 
 
 class Process:
