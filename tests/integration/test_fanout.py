@@ -230,8 +230,9 @@ cs.map(fn, range(20), concurrency=3, client=cs.Client(requests_per_minute=100_00
 
 def _interrupt_while_three_run(emu: Emulator) -> Any:
     child = spawn([sys.executable, "-c", MAP_SCRIPT], emulator_env(emu))
-    for _ in range(3):
-        read_until(child, b"running")
+    seen = b""
+    while seen.count(b"running") < 3:  # several lines may arrive in one read
+        seen += read_until(child, b"\n")
     wait_until(lambda: len(emu.live_processes()) == 3, "three commands to run")
     sandboxes = set(emu.live_sandboxes())
     assert len(sandboxes) == 3
