@@ -30,6 +30,7 @@ from .errors import (
 )
 
 Deliver = Callable[[str, str], None]
+Keep = Callable[[str, bytes], None]
 OpenStream = Callable[[int, Deadline], Stream]
 
 EVICTED = "output_offset_expired"
@@ -49,18 +50,22 @@ class Follower:
 
     ``deliver(stream, text)`` receives decoded text in order; a multi-byte
     character split across frames is decoded once both halves arrived.
+    ``keep(stream, data)`` receives each frame's raw bytes (the capture,
+    which decodes once at the end); without ``deliver`` nothing is decoded.
     """
 
     def __init__(
         self,
         open_stream: OpenStream,
-        deliver: Deliver,
+        deliver: Deliver | None,
         *,
+        keep: Keep | None = None,
         after: int = 0,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
         self._open_stream = open_stream
         self._deliver = deliver
+        self._keep = keep
         self._sleep = sleep
         self.last_seq = after
         self.exit: Exit | None = None
@@ -100,6 +105,8 @@ class Follower:
 
     def flush(self) -> None:
         """Deliver what the decoders still hold (an incomplete character becomes U+FFFD)."""
+        if self._deliver is None:
+            return
         for name, decoder in self._decoders.items():
             text = decoder.decode(b"", final=True)
             if text:
@@ -123,6 +130,7 @@ class Follower:
                         self._accept(frame)
                         budget.progressed()
                 elif isinstance(frame, Exit):
+                    stream.finish()  # the body ends here: read its end to reuse the connection
                     return frame
                 elif isinstance(frame, Error):
                     raise _stream_error(frame.error)
@@ -138,9 +146,12 @@ class Follower:
                 f"output frames {self.last_seq + 1} to {frame.seq - 1} are missing from the stream"
             )
         self.last_seq = frame.seq
-        text = self._decoders[frame.stream].decode(frame.data)
-        if text:
-            self._deliver(frame.stream, text)
+        if self._keep is not None:
+            self._keep(frame.stream, frame.data)
+        if self._deliver is not None:
+            text = self._decoders[frame.stream].decode(frame.data)
+            if text:
+                self._deliver(frame.stream, text)
 
     def _connect(self, deadline: Deadline) -> Stream:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from types import EllipsisType, TracebackType
@@ -13,6 +14,7 @@ from ._deadline import Deadline
 from ._http import Transport
 from ._options import LeaseOptions, OnExit
 from .config import Config
+from .errors import ConfigError
 from .lease import Lease
 from .models import SandboxInfo, Shape
 
@@ -23,7 +25,11 @@ class Client:
     ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
     ``CREATEOS_API_URL``, ``CREATEOS_SANDBOX_BASE_URL``, then the public
     service. ``timeout`` is the default deadline of one operation and of one
-    command. ``sleep`` is injectable so that tests of retry paths run instantly.
+    command. ``ca_bundle`` (falling back to ``CREATEOS_CA_BUNDLE``) is a PEM
+    file of CA certificates to trust instead of the system's, for this
+    client only (an HTTPS emulator, a TLS-inspecting proxy); it wins over
+    ``REQUESTS_CA_BUNDLE``. ``sleep`` is injectable so that tests of retry
+    paths run instantly.
 
     Raises:
         ConfigError: invalid or missing configuration (before any request).
@@ -38,6 +44,7 @@ class Client:
         max_retries: int = 3,
         requests_per_minute: int = 300,
         session: requests.Session | None = None,
+        ca_bundle: str | os.PathLike[str] | None = None,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
         self.config = Config.resolve(
@@ -46,7 +53,10 @@ class Client:
             timeout=timeout,
             max_retries=max_retries,
             requests_per_minute=requests_per_minute,
+            ca_bundle=ca_bundle,
         )
+        if session is not None and ca_bundle is not None:
+            raise ConfigError("give ca_bundle or session, not both (set the session's verify)")
         self.sleep = sleep
         self.transport = Transport(self.config, session=session, sleep=sleep)
 

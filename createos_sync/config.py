@@ -16,6 +16,7 @@ DEFAULT_SHAPE = "s-1vcpu-1gb"
 API_KEY_ENV = "CREATEOS_API_KEY"
 BASE_URL_ENVS = ("CREATEOS_API_URL", "CREATEOS_SANDBOX_BASE_URL")
 SHAPE_ENV = "CREATEOS_SHAPE"
+CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -30,6 +31,7 @@ class Config:
     max_retries: int = 3
     requests_per_minute: int = 300
     cleanup_timeout: float = 60.0
+    ca_bundle: str | None = None
 
     @property
     def api_root(self) -> str:
@@ -45,6 +47,7 @@ class Config:
         timeout: float = 300.0,
         max_retries: int = 3,
         requests_per_minute: int = 300,
+        ca_bundle: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> Config:
         """Build a config from arguments and the environment; raise ConfigError if invalid."""
@@ -59,6 +62,9 @@ class Config:
             timeout=_positive_seconds("timeout", timeout),
             max_retries=_count("max_retries", max_retries, minimum=0),
             requests_per_minute=_count("requests_per_minute", requests_per_minute, minimum=1),
+            ca_bundle=validate_ca_bundle(
+                ca_bundle if ca_bundle is not None else env.get(CA_BUNDLE_ENV) or None
+            ),
         )
 
 
@@ -75,6 +81,18 @@ def validate_api_key(key: str | None) -> str:
     if any(c in key for c in "\r\n\0"):
         raise ConfigError("the API key contains CR, LF or NUL and cannot be sent in a header")
     return key
+
+
+def validate_ca_bundle(path: str | os.PathLike[str] | None) -> str | None:
+    """The CA certificates to trust instead of the system's: a PEM file or a hashed directory."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError("ca_bundle must be a path to a PEM file of CA certificates")
+    text = os.fspath(path)
+    if not text or not os.path.exists(text):
+        raise ConfigError(f"ca_bundle {text!r} does not exist")
+    return text
 
 
 def normalize_base_url(url: str) -> str:

@@ -30,6 +30,7 @@ from ._faults import Fault, FaultQueue, fault_from_json
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import SandboxStore
+from ._streams import HEARTBEAT
 from ._wire import ApiError, failure, json_body, success
 
 log = logging.getLogger("createos_sync.emulator")
@@ -223,9 +224,13 @@ class App:
         else:
             response = handler(request, **args)
         time.sleep(fault.delay)
+        stream: Iterable[bytes] = response.response  # type: ignore[assignment]
+        body: Iterable[bytes] | None = None
         if fault.drop_after_frames is not None and response.status_code == 200:
-            stream: Iterable[bytes] = response.response  # type: ignore[assignment]
             body = _DropAfter(stream, fault.drop_after_frames, request)
+        elif fault.hold_open and response.status_code == 200:
+            body = _HoldOpen(stream, fault.hold_open)
+        if body is not None:
             response = Response(body, status=response.status_code, headers=response.headers,
                                 direct_passthrough=True)  # fmt: skip
         return response
@@ -258,6 +263,31 @@ def _cut(request: Request) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HoldOpen:
+    """A stream body that stays open (sending heartbeats) for ``seconds`` after the exit frame.
+
+    The heartbeats also make the handler notice soon when the client has gone.
+    """
+
+    def __init__(self, body: Iterable[bytes], seconds: float) -> None:
+        self._body = body
+        self._seconds = seconds
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._body:
+            yield line
+            if line.startswith(b'{"type":"exit"'):
+                ends = time.monotonic() + self._seconds
+                while time.monotonic() < ends:
+                    time.sleep(0.05)
+                    yield HEARTBEAT
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
 
 
 class _DropAfter:
