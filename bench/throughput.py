@@ -130,6 +130,15 @@ def _report(
                 f"(IQR {cpu_ratio.q1:.2f}-{cpu_ratio.q3:.2f}); 1.00x = as fast as the floor"
             )
         results[name] = {"mbps": speed.median, "cpu_per_100mb": c.median * per100, "wall": w.median}
+    everything, callback = "run() capture, max_output=1 Gi", "run(on_output=...)"
+    speed = paired_ratio(wall[callback], wall[everything])
+    cpu_ratio = paired_ratio(cpu[callback], cpu[everything])
+    print(
+        f"- capturing everything vs the callback path: speed {speed.median:.2f}x "
+        f"(paired IQR {speed.q1:.2f}-{speed.q3:.2f}), CPU efficiency {cpu_ratio.median:.2f}x "
+        f"(IQR {cpu_ratio.q1:.2f}-{cpu_ratio.q3:.2f}); target >= 0.9x"
+    )
+    results["capture_all_vs_callback"] = speed.median
     if not with_official:
         print(f"- official SDK: not measured ({_official.IMPORT_ERROR})")
     return results

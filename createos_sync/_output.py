@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 OnOutput = Callable[[str, str], None]
 _CONTINUATION = bytes(range(0x80, 0xC0))
+# 1 for a byte that starts a character (or is invalid on its own), 0 for a continuation byte.
+_STARTS = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
 
 
 class TailBuffer:
@@ -90,6 +92,7 @@ class TailBuffer:
         if self._small:
             self._append(bytes(self._small))
             self._small.clear()
+        self._cut_front()
         chunks = self._chunks
         if len(chunks) > 1:  # keep the joined bytes: a later read or write starts from them
             joined = b"".join(chunks)
@@ -99,11 +102,45 @@ class TailBuffer:
                 self._counts.clear()
                 self._counts.append(self._chars)
         text = chunks[0].decode("utf-8", "replace") if chunks else ""
-        if len(text) > self.limit:
+        if len(text) > self.limit:  # only invalid UTF-8 decodes to more than was counted
             text = text[len(text) - self.limit :]
             self._cut = True
         self._text = text
         return text
+
+    def _cut_front(self) -> None:
+        """Cut the first chunk where the last ``limit`` counted characters begin.
+
+        Decoding then builds the tail alone: slicing it out of a longer decoded
+        str would copy megabytes of text once more.
+        """
+        excess = self._chars - self.limit
+        if not self._counts or excess <= 0:
+            return
+        front = self._chunks[0]  # dropping keeps fewer than limit characters after it
+        start = _start_of_character(front, excess)
+        self._chunks[0] = front[start:]
+        self._counts[0] -= excess
+        self._chars -= excess
+        self._size -= start
+        self._cut = True
+
+
+def _start_of_character(data: bytes, skip: int) -> int:
+    """The offset of the character that follows the first ``skip`` in ``data``.
+
+    A binary search over counts of character starts, each a C loop: no
+    Python loop over the bytes.
+    """
+    marks = data.translate(_STARTS)
+    low, high = 0, len(marks)
+    while low < high:
+        middle = (low + high) // 2
+        if marks.count(1, 0, middle + 1) > skip:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 class Capture:
