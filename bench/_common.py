@@ -48,8 +48,11 @@ class EmulatorProcess:
         )
         self._session = requests.Session()
         self._errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by close())
+        # The emulator is always this repository's, even when PYTHONPATH points the
+        # client measured here at another copy of createos_sync (a before/after run).
+        env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
         self._proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=self._errors, text=True, cwd=REPO
+            argv, stdout=subprocess.PIPE, stderr=self._errors, text=True, cwd=REPO, env=env
         )
         self.url = ""
         self.isolation = ""
