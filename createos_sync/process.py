@@ -103,9 +103,7 @@ class Execution:
     ) -> None:
         self.box = box
         self.id = process_id
-        self.follower = Follower(
-            self._connect, deliver, keep=keep, after=after, sleep=box.sleep
-        )
+        self.follower = Follower(self._connect, deliver, keep=keep, after=after, sleep=box.sleep)
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
         return _api.connect_output(
