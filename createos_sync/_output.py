@@ -18,26 +18,30 @@ class TailBuffer:
     Output is kept as the bytes that arrived and decoded when read: decoding
     every frame into str and joining large str chunks (4 bytes a character
     once one emoji is in) cost as much as everything else a capture does.
+    While fewer than ``limit`` bytes arrived (so fewer than ``limit``
+    characters: all are kept), they go into one growing ``bytearray``, which
+    is decoded as it is: no chunk objects, no join.
 
-    Characters are counted without decoding: each one begins with exactly one
-    byte that is not a UTF-8 continuation byte (0x80-0xBF), and an invalid
-    byte decodes to one U+FFFD of its own, so counting the other bytes
-    (``bytes.translate``, a C loop) never overcounts. Whole chunks are dropped
-    from the front once the chunks after them hold ``limit`` such
-    characters; the continuation bytes that a dropped chunk leaves at the
-    front of the next one decode to replacement characters that the final cut
-    removes, and from the first byte after them the decode is the stream's
-    own (UTF-8 resynchronises). Writes under ``BATCH`` bytes are batched
-    first. Memory: the bytes of ``limit`` characters, plus one chunk and one
-    batch. Nothing is counted until more than ``limit`` bytes arrived.
+    Past that, the bytes are kept in chunks and characters are counted without
+    decoding: each one begins with exactly one byte that is not a UTF-8
+    continuation byte (0x80-0xBF), and an invalid byte decodes to one U+FFFD
+    of its own, so counting the other bytes (``bytes.translate``, a C loop)
+    never overcounts. Whole chunks are dropped from the front once the chunks
+    after them hold ``limit`` such characters; the continuation bytes that a
+    dropped chunk leaves at the front of the next one decode to replacement
+    characters that the final cut removes, and from the first byte after them
+    the decode is the stream's own (UTF-8 resynchronises). Writes under
+    ``BATCH`` bytes are batched first. Memory: the bytes of ``limit``
+    characters, plus one chunk and one batch.
     """
 
     BATCH = 8192
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._counts: collections.deque[int] = collections.deque()  # once counting started
+        self._head = bytearray()  # everything, while it is at most limit bytes
+        self._chunks: collections.deque[bytes] = collections.deque()  # past that
+        self._counts: collections.deque[int] = collections.deque()  # characters per chunk
         self._small = bytearray()  # tiny writes, batched so that memory stays bounded
         self._size = 0
         self._chars = 0
@@ -50,6 +54,14 @@ class TailBuffer:
             return
         self._text = None
         self._size += len(data)
+        if not self._chunks:
+            self._head += data
+            if self._size <= self.limit:
+                return  # fewer bytes than limit are fewer characters: all are kept
+            head, self._head = self._head, bytearray()
+            for start in range(0, len(head), self.BATCH):  # chunks small enough to drop
+                self._append(bytes(head[start : start + self.BATCH]))
+            return
         if len(data) < self.BATCH or self._small:
             self._small += data
             if len(self._small) < self.BATCH:
@@ -60,16 +72,10 @@ class TailBuffer:
 
     def _append(self, data: bytes) -> None:
         chunks, counts = self._chunks, self._counts
+        count = len(data.translate(None, _CONTINUATION))
         chunks.append(data)
-        if counts:
-            count = len(data.translate(None, _CONTINUATION))
-            counts.append(count)
-            self._chars += count
-        elif self._size > self.limit:  # from now on characters may have to be dropped
-            counts.extend(len(chunk.translate(None, _CONTINUATION)) for chunk in chunks)
-            self._chars = sum(counts)
-        else:
-            return  # fewer bytes than limit are fewer characters: nothing can be dropped
+        counts.append(count)
+        self._chars += count
         while len(chunks) > 1 and self._chars - counts[0] >= self.limit:
             self._chars -= counts.popleft()
             self._size -= len(chunks.popleft())
@@ -89,6 +95,9 @@ class TailBuffer:
     def getvalue(self) -> str:
         if self._text is not None:
             return self._text
+        if not self._chunks:
+            self._text = self._head.decode("utf-8", "replace")  # at most limit characters
+            return self._text
         if self._small:
             self._append(bytes(self._small))
             self._small.clear()
@@ -98,10 +107,9 @@ class TailBuffer:
             joined = b"".join(chunks)
             chunks.clear()
             chunks.append(joined)
-            if self._counts:
-                self._counts.clear()
-                self._counts.append(self._chars)
-        text = chunks[0].decode("utf-8", "replace") if chunks else ""
+            self._counts.clear()
+            self._counts.append(self._chars)
+        text = chunks[0].decode("utf-8", "replace")
         if len(text) > self.limit:  # only invalid UTF-8 decodes to more than was counted
             text = text[len(text) - self.limit :]
             self._cut = True
@@ -115,7 +123,7 @@ class TailBuffer:
         str would copy megabytes of text once more.
         """
         excess = self._chars - self.limit
-        if not self._counts or excess <= 0:
+        if excess <= 0:
             return
         front = self._chunks[0]  # dropping keeps fewer than limit characters after it
         start = _start_of_character(front, excess)
