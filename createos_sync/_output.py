@@ -1,4 +1,4 @@
-"""Where decoded output goes: bounded capture, the user's callback, live echo."""
+"""Where output goes: the bounded capture (raw bytes, decoded once), the user's callback, echo."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class TailBuffer:
             self._head += data
             if self._size <= self.limit:
                 return  # fewer bytes than limit are fewer characters: all are kept
-            head, self._head = self._head, bytearray()
+            head, self._head = memoryview(self._head), bytearray()
             for start in range(0, len(head), self.BATCH):  # chunks small enough to drop
                 self._append(bytes(head[start : start + self.BATCH]))
             return
