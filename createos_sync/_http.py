@@ -139,6 +139,9 @@ class _Adapter(requests.adapters.HTTPAdapter):
     connection pool, so a bundle pinned here wins whatever the environment says.
     """
 
+    # requests pickles (and unpickles) an adapter by the names listed here.
+    __attrs__ = [*requests.adapters.HTTPAdapter.__attrs__, "_ca_bundle"]  # noqa: RUF012
+
     def __init__(self, ca_bundle: str | None) -> None:
         super().__init__(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
         self._ca_bundle = ca_bundle
