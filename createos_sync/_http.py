@@ -81,7 +81,10 @@ class Stream:
         if self._body is None:
             self._body = self._response.iter_content(size)
         try:
-            yield from self._body
+            # A loop, not ``yield from``: a reader that stops early closes this generator,
+            # which must leave the body itself to ``finish``.
+            for chunk in self._body:  # noqa: UP028 (see above)
+                yield chunk
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise CreateosApiError(
                 self.operation, None, detail=f"the stream broke ({type(exc).__name__})"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import requests
 import responses
 
@@ -38,3 +42,35 @@ def test_no_time_left_reads_nothing() -> None:
     stream = opened(EXIT + b"rest")
     assert stream.finish(seconds=0.0) is False
     stream.close()
+
+
+def test_a_silent_server_costs_the_time_bound_not_a_stall() -> None:
+    """A real loopback socket: the exit frame, then nothing, the body never ended."""
+    release = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + b"%x\r\n%s\r\n" % (len(EXIT), EXIT)
+                )
+                release.wait(30)
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        try:
+            with requests.Session() as session:
+                response = session.get(f"http://127.0.0.1:{port}/", stream=True, timeout=30)
+                stream = Stream(response, "output connection")
+                assert next(stream.chunks()) == EXIT
+                started = time.monotonic()
+                assert stream.finish(seconds=0.2) is False
+                assert time.monotonic() - started < 5.0  # generous: the read timeout is 30 s
+                stream.close()
+        finally:
+            release.set()
+            server.join(10)
