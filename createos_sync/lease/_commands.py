@@ -87,15 +87,13 @@ class CommandMethods(LeaseCore):
         _check_output_options(max_output, on_output)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
-        capture = Capture(max_output)
-        deliver = fan_out(capture.write, on_output, echo_output if echo else None)
         result = process.run(
             box,
             command,
             stdin=stdin,
             timeout=limit,
-            capture=capture,
-            deliver=deliver,
+            capture=Capture(max_output),
+            deliver=fan_out(on_output, echo_output if echo else None),
             escalate=self._destroy_now,
         )
         return result.check() if check else result
