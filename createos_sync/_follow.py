@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("createos_sync.follow")
 
 Deliver = Callable[[str, str], None]
+Keep = Callable[[str, bytes], None]
 OpenStream = Callable[[int, Deadline], Stream]
 
 EVICTED = "output_offset_expired"
@@ -92,19 +93,23 @@ class Follower:
 
     ``deliver(stream, text)`` receives decoded text in order; a multi-byte
     character split across frames is decoded once both halves arrived.
+    ``keep(stream, data)`` receives each frame's raw bytes (the capture,
+    which decodes once at the end); without ``deliver`` nothing is decoded.
     """
 
     def __init__(
         self,
         open_stream: OpenStream,
-        deliver: Deliver,
+        deliver: Deliver | None,
         *,
+        keep: Keep | None = None,
         after: int = 0,
         sleep: _retry.Sleep = time.sleep,
         recovery: Recovery | None = None,
     ) -> None:
         self._open_stream = open_stream
         self._deliver = deliver
+        self._keep = keep
         self._sleep = sleep
         self._recovery = recovery
         self.last_seq = after
@@ -151,6 +156,8 @@ class Follower:
 
     def flush(self) -> None:
         """Deliver what the decoders still hold (an incomplete character becomes U+FFFD)."""
+        if self._deliver is None:
+            return
         for name, decoder in self._decoders.items():
             text = decoder.decode(b"", final=True)
             if text:
@@ -180,6 +187,7 @@ class Follower:
                         self._accept(frame)
                         budget.progressed()
                 elif isinstance(frame, Exit):
+                    stream.finish()  # the body ends here: read its end to reuse the connection
                     return frame
                 elif isinstance(frame, Error):
                     raise self._stream_error(frame)
@@ -195,9 +203,12 @@ class Follower:
         if frame.seq != self.last_seq + 1:
             raise lost_output(self.last_seq + 1, frame.seq - 1, "they are missing from the stream")
         self.last_seq = frame.seq
-        text = self._decoders[frame.stream].decode(frame.data)
-        if text:
-            self._deliver(frame.stream, text)
+        if self._keep is not None:
+            self._keep(frame.stream, frame.data)
+        if self._deliver is not None:
+            text = self._decoders[frame.stream].decode(frame.data)
+            if text:
+                self._deliver(frame.stream, text)
 
     def _connect(self, deadline: Deadline) -> Stream:
         try:

@@ -41,6 +41,10 @@ log = logging.getLogger("createos_sync.http")
 CONNECT_TIMEOUT = 10.0
 POOL_SIZE = 32
 CHUNK_SIZE = 64 * 1024
+# After a stream's last expected frame, how long and how much of the body's rest is
+# read for the connection's sake: the service ends the body right after the exit frame.
+DRAIN_SECONDS = 0.25
+DRAIN_BYTES = 16 * 1024
 USER_AGENT = "createos-sync/0.1.0"
 
 Body = bytes | Callable[[], Any] | None
@@ -64,13 +68,19 @@ class Reply:
 
 class Stream:
     """A streaming answer, read as raw byte chunks; a broken connection raises
-    ``CreateosApiError`` with ``status=None``."""
+    ``CreateosApiError`` with ``status=None``.
+
+    Closing a stream whose body was read to its end returns the connection to
+    the pool; closing it earlier discards the connection. ``finish`` reads
+    what little is left after a reader is done, so that it can be reused.
+    """
 
     def __init__(
         self, response: requests.Response, operation: str, cutoff: Cutoff | None = None
     ) -> None:
         self._response = response
         self._cutoff = cutoff
+        self._body: Iterator[bytes] | None = None
         self.operation = operation
         self.status = response.status_code
         self.request_id = _request_id(response)
@@ -86,15 +96,53 @@ class Stream:
 
     def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes]:
         """Yield the body as it arrives; at the deadline, the stream breaks off."""
+        if self._body is None:
+            self._body = self._response.iter_content(size)
         broke = None
         try:
-            yield from self._response.iter_content(size)
+            # A loop, not ``yield from``: a reader that stops early closes this generator,
+            # which must leave the body itself to ``finish``.
+            for chunk in self._body:  # noqa: UP028 (see above)
+                yield chunk
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             broke = f"the stream broke ({type(exc).__name__})"
         if self._cutoff is not None and self._cutoff.fired:
             broke = LATE  # even a clean end: a cut socket may just look closed
         if broke is not None:
             raise CreateosApiError(self.operation, None, detail=broke)
+
+    def finish(self, seconds: float = DRAIN_SECONDS, limit: int = DRAIN_BYTES) -> bool:
+        """Read the rest of the body, if it ends within ``seconds`` and ``limit`` bytes.
+
+        True when it ended: ``close`` then returns the connection to the pool.
+        A server that keeps the stream open costs at most about ``seconds``
+        (each read waits at most what is left of them), then the connection
+        is discarded as before. What is read here is thrown away.
+        """
+        if self._body is None:
+            self._body = self._response.iter_content(CHUNK_SIZE)
+        ends = time.monotonic() + seconds
+        received = 0
+        try:
+            while received <= limit:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    return False
+                self._bound_reads(left)
+                received += len(next(self._body))
+        except StopIteration:
+            return True
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
+            pass  # timed out or broke: the connection is not reusable
+        return False
+
+    def _bound_reads(self, seconds: float) -> None:
+        """Make each socket read wait at most ``seconds`` (none is needed once urllib3
+        has seen the body end and released the connection)."""
+        connection = getattr(self._response.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            sock.settimeout(seconds)  # the pool sets its own timeout on the next request
 
     def close(self) -> None:
         if self._cutoff is not None:
@@ -109,7 +157,21 @@ class Stream:
 
 
 class _Adapter(requests.adapters.HTTPAdapter):
-    """Pools whose connections a ``Cutoff`` can cut at the request's deadline."""
+    """requests' adapter: pools whose connections a ``Cutoff`` can cut at the request's
+    deadline, verifying certificates against ``ca_bundle`` when one is configured.
+
+    A session's ``verify`` is not enough: requests replaces it, for every
+    request that does not pass its own, with ``REQUESTS_CA_BUNDLE`` (or
+    ``CURL_CA_BUNDLE``) when set. The adapter is the last step before the
+    connection pool, so a bundle pinned here wins whatever the environment says.
+    """
+
+    # requests pickles (and unpickles) an adapter by the names listed here.
+    __attrs__ = [*requests.adapters.HTTPAdapter.__attrs__, "_ca_bundle"]  # noqa: RUF012
+
+    def __init__(self, ca_bundle: str | None) -> None:
+        super().__init__(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
+        self._ca_bundle = ca_bundle
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
@@ -121,11 +183,28 @@ class _Adapter(requests.adapters.HTTPAdapter):
             manager.pool_classes_by_scheme = dict(_cutoff.POOL_CLASSES)
         return manager
 
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: bool | str = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        if self._ca_bundle is not None:
+            verify = self._ca_bundle
+        return super().send(request, stream, timeout, verify, cert, proxies)
 
-def new_session() -> requests.Session:
-    """A session with a pool big enough for many threads and no retries of its own."""
+
+def new_session(ca_bundle: str | None = None) -> requests.Session:
+    """A session with a pool big enough for many threads and no retries of its own.
+
+    Connections are kept alive and reused: over TLS a new one costs two round
+    trips before the request is even sent.
+    """
     session = requests.Session()
-    adapter = _Adapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
+    adapter = _Adapter(ca_bundle)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     return session
@@ -162,7 +241,7 @@ class Transport:
         self.config = config
         redact_queries_for(config.api_root)  # urllib3's own DEBUG lines would show them
         self._owns_session = session is None
-        self._session = session if session is not None else new_session()
+        self._session = session if session is not None else new_session(config.ca_bundle)
         self._sleep = sleep
         self._pacer = pacer or shared_pacer(config.base_url, config.requests_per_minute)
 
@@ -234,7 +313,7 @@ class Transport:
     def reset_session(self) -> None:
         """Use a fresh session (at interpreter exit the old one may be mid-use)."""
         if self._owns_session:
-            self._session = new_session()
+            self._session = new_session(self.config.ca_bundle)
 
     def close(self) -> None:
         if self._owns_session:

@@ -242,6 +242,10 @@ def ensure_running(
     resumes = 0
     while True:
         if info is None or info.status in SANDBOX_TRANSITIONAL:
+            if info is not None:
+                # ``info`` was just read (the creation's answer): a poll at once would only
+                # read it again, a request and a round trip for nothing.
+                sleep(_retry.POLL_FIRST)
             info = settle(transport, sandbox_id, deadline, sleep)
         if info.status == "running":
             return info

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import math
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from ._http import Transport
 from ._options import LeaseOptions, OnExit
 from ._pacer import shared_pacer
 from .config import Config, RateScope
+from .errors import ConfigError
 from .lease import Lease
 from .models import SandboxInfo, Shape
 
@@ -46,6 +48,10 @@ class Client:
             ``"process"`` only this process's clients.
         session: a ``requests.Session`` to use (not closed by ``close()``);
             by default the client makes and owns one.
+        ca_bundle: a PEM file of CA certificates to trust instead of the
+            system's, for this client only (an HTTPS emulator, a TLS-inspecting
+            proxy); falls back to ``CREATEOS_CA_BUNDLE``, and wins over
+            ``REQUESTS_CA_BUNDLE``.
         sleep: how to wait between retries; injectable so that tests of
             retry paths run instantly.
 
@@ -63,6 +69,7 @@ class Client:
         requests_per_minute: int = 300,
         rate_scope: RateScope = "machine",
         session: requests.Session | None = None,
+        ca_bundle: str | os.PathLike[str] | None = None,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
         self.config = Config.resolve(
@@ -72,7 +79,10 @@ class Client:
             max_retries=max_retries,
             requests_per_minute=requests_per_minute,
             rate_scope=rate_scope,
+            ca_bundle=ca_bundle,
         )
+        if session is not None and ca_bundle is not None:
+            raise ConfigError("give ca_bundle or session, not both (set the session's verify)")
         self.sleep = sleep
         pacer = shared_pacer(
             self.config.base_url, self.config.requests_per_minute, self.config.rate_scope

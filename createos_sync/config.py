@@ -19,6 +19,7 @@ BASE_URL_ENVS = ("CREATEOS_API_URL", "CREATEOS_SANDBOX_BASE_URL")
 SHAPE_ENV = "CREATEOS_SHAPE"
 RATE_SCOPES = ("machine", "process")
 RateScope = Literal["machine", "process"]
+CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -49,6 +50,7 @@ class Config:
     cleanup_timeout: float = 60.0
     # "machine": the budget is shared by every process of this machine; "process": by this one.
     rate_scope: RateScope = "machine"
+    ca_bundle: str | None = None
 
     @property
     def api_root(self) -> str:
@@ -65,6 +67,7 @@ class Config:
         max_retries: int = 3,
         requests_per_minute: int = 300,
         rate_scope: RateScope = "machine",
+        ca_bundle: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> Config:
         """Build a config from arguments and the environment; raise ConfigError if invalid.
@@ -72,7 +75,8 @@ class Config:
         ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
         ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
         public service. ``timeout`` (seconds), ``max_retries``,
-        ``requests_per_minute`` and ``rate_scope`` are those of ``Client``.
+        ``requests_per_minute``, ``rate_scope`` and ``ca_bundle`` (else
+        ``CREATEOS_CA_BUNDLE``) are those of ``Client``.
         ``environ`` replaces ``os.environ`` as the environment read (for tests).
         """
         env = os.environ if environ is None else environ
@@ -87,6 +91,9 @@ class Config:
             max_retries=_count("max_retries", max_retries, minimum=0),
             requests_per_minute=_count("requests_per_minute", requests_per_minute, minimum=1),
             rate_scope=_rate_scope(rate_scope),
+            ca_bundle=validate_ca_bundle(
+                ca_bundle if ca_bundle is not None else env.get(CA_BUNDLE_ENV) or None
+            ),
         )
 
 
@@ -115,6 +122,18 @@ def validate_api_key(key: str | None) -> ApiKey:
     if key != key.strip():
         raise ConfigError("the API key starts or ends with whitespace: remove it")
     return ApiKey(key)
+
+
+def validate_ca_bundle(path: str | os.PathLike[str] | None) -> str | None:
+    """The CA certificates to trust instead of the system's: a PEM file or a hashed directory."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError("ca_bundle must be a path to a PEM file of CA certificates")
+    text = os.fspath(path)
+    if not text or not os.path.exists(text):
+        raise ConfigError(f"ca_bundle {text!r} does not exist")
+    return text
 
 
 def normalize_base_url(url: str) -> str:

@@ -113,6 +113,11 @@ class Meter:
         self.total: int | None = None
         self._last = 0.0
 
+    @property
+    def reporting(self) -> bool:
+        """True when there is a callback to report to."""
+        return self._progress is not None
+
     def start(self, total: int | None) -> None:
         self.done, self.total = 0, total
         self._report()
@@ -173,6 +178,10 @@ def request_body(data: FileData, meter: Meter | None = None) -> tuple[Body, Repe
     """The PUT body for ``data``, and whether a failed PUT may be sent again."""
     check_data(data)
     meter = meter or Meter(None)
+    if isinstance(data, (str, bytes)) and not meter.reporting:
+        # In one piece: streamed from memory, http.client would send it in 16 KiB
+        # blocks, a Python call and a TLS record each, with no progress to report.
+        return (data.encode("utf-8") if isinstance(data, str) else data), Repeat.SAFE
     if isinstance(data, str):
         data = io.BytesIO(data.encode("utf-8"))
     elif isinstance(data, (bytes, bytearray, memoryview)):

@@ -21,7 +21,7 @@ from ._box import Box
 from ._command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate, unwrap
 from ._containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
 from ._deadline import Deadline
-from ._follow import Deliver, Follower
+from ._follow import Deliver, Follower, Keep
 from ._http import Stream
 from ._ndjson import Exit
 from ._output import Capture, LiveOutput, fan_out
@@ -142,12 +142,20 @@ def _poison(box: Box, exc: BaseException) -> NoReturn:
 class Execution:
     """One managed process followed from this client: its output and its end."""
 
-    def __init__(self, box: Box, process_id: str, deliver: Deliver, *, after: int = 0) -> None:
+    def __init__(
+        self,
+        box: Box,
+        process_id: str,
+        deliver: Deliver | None,
+        *,
+        keep: Keep | None = None,
+        after: int = 0,
+    ) -> None:
         self.box = box
         self.id = process_id
         recovery = ServiceRecovery(box.transport, box.sandbox_id, process_id, box.sleep)
         self.follower = Follower(
-            self._connect, deliver, after=after, sleep=box.sleep, recovery=recovery
+            self._connect, deliver, keep=keep, after=after, sleep=box.sleep, recovery=recovery
         )
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
@@ -196,7 +204,7 @@ def run(
     stdin: StdinData | None,
     timeout: float,
     capture: Capture,
-    deliver: Deliver,
+    deliver: Deliver | None,
     escalate: Callable[[], None],
     pty: Size | None = None,
 ) -> RunResult:
@@ -216,7 +224,7 @@ def run(
     deadline = Deadline.after(timeout)
     gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
     process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
-    execution = Execution(box, process_id, deliver)
+    execution = Execution(box, process_id, deliver, keep=capture.write)
     try:
         exit_frame = execution.follow(
             deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
@@ -292,7 +300,8 @@ class Process:
         self._execution = Execution(
             box,
             process_id,
-            fan_out(self._capture.write, self._live.put, on_output, echo),
+            fan_out(self._live.put, on_output, echo),
+            keep=self._capture.write,
             after=after,
         )
         self._started = time.monotonic()

@@ -24,6 +24,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto")
     parser.add_argument("--no-rate-limit", action="store_true", help="disable the 300/min limit")
     parser.add_argument(
+        "--tls", action="store_true", help="serve HTTPS (a throwaway CA; its path is printed)"
+    )
+    parser.add_argument(
         "--journal-bytes", type=int, default=1 << 20, help="output journal per process (bytes)"
     )
     return parser
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
             rate_limit=None if args.no_rate_limit else 300,
             journal_bytes=args.journal_bytes,
             frame_bytes=min(64 * 1024, max(1, args.journal_bytes)),
+            tls=args.tls,
         )
         emulator.start()
     except (ValueError, RuntimeError, OSError) as exc:
@@ -60,11 +64,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
-        print(
-            f"export CREATEOS_API_URL={shlex.quote(emulator.url)} "
-            f"CREATEOS_API_KEY={shlex.quote(emulator.api_key)}",
-            flush=True,
-        )
+        exports = f"CREATEOS_API_URL={shlex.quote(emulator.url)} "
+        if emulator.ca_path is not None:
+            print(f"CA certificate: {emulator.ca_path}")
+            exports += f"CREATEOS_CA_BUNDLE={shlex.quote(emulator.ca_path)} "
+        print(f"export {exports}CREATEOS_API_KEY={shlex.quote(emulator.api_key)}", flush=True)
         while not stop.wait(0.5):
             pass
     finally:

@@ -35,6 +35,7 @@ from ._ingress import IngressProxy
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import SandboxStore
+from ._streams import HEARTBEAT
 from ._wire import ApiError, failure, json_body, success
 
 log = logging.getLogger("createos_sync.emulator")
@@ -244,6 +245,8 @@ class App:
             body = _DropAfter(stream, fault.drop_after_frames, request)
         elif fault.trickle:
             body = _Trickle(stream, fault.trickle)
+        elif fault.hold_open and response.status_code == 200:
+            body = _HoldOpen(stream, fault.hold_open)
         if body is not None:
             response = Response(body, status=response.status_code, headers=response.headers,
                                 direct_passthrough=True)  # fmt: skip
@@ -277,6 +280,31 @@ def _cut(request: Request) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HoldOpen:
+    """A stream body that stays open (sending heartbeats) for ``seconds`` after the exit frame.
+
+    The heartbeats also make the handler notice soon when the client has gone.
+    """
+
+    def __init__(self, body: Iterable[bytes], seconds: float) -> None:
+        self._body = body
+        self._seconds = seconds
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._body:
+            yield line
+            if line.startswith(b'{"type":"exit"'):
+                ends = time.monotonic() + self._seconds
+                while time.monotonic() < ends:
+                    time.sleep(0.05)
+                    yield HEARTBEAT
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
 
 
 class _DropAfter:

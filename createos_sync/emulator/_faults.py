@@ -37,7 +37,9 @@ class Fault:
     ``delay`` stalls before answering; ``trickle`` sends the real answer's
     body one byte at a time, that many seconds apart; ``drop_after_frames``
     cuts a ``process.connect`` stream after that many data frames;
-    ``tree_exited_false`` makes ``process.delete`` answer ``tree_exited:
+    ``hold_open`` keeps a ``process.connect`` stream open for that many
+    seconds after its exit frame (heartbeats every 50 ms) instead of ending
+    it; ``tree_exited_false`` makes ``process.delete`` answer ``tree_exited:
     false``, leaving the tree running when ``kill`` is False.
     """
 
@@ -49,6 +51,7 @@ class Fault:
     delay: float = 0.0
     retry_after: int | None = None
     drop_after_frames: int | None = None
+    hold_open: float = 0.0
     tree_exited_false: bool = False
     kill: bool = True
     body: bytes | None = None
@@ -64,7 +67,10 @@ class Fault:
     def _problem(self) -> str | None:
         replacements = sum((self.status is not None, self.drop, self.body is not None))
         stream_change = (
-            self.drop_after_frames is not None or self.tree_exited_false or self.trickle != 0
+            self.drop_after_frames is not None
+            or self.tree_exited_false
+            or self.trickle != 0
+            or self.hold_open > 0
         )
         if self.operation not in OPERATIONS:
             return "unknown operation"
@@ -98,12 +104,21 @@ class Fault:
             self.operation != "process.connect" or self.drop_after_frames < 0
         ):
             return "drop_after_frames applies to process.connect only, and is >= 0"
+        if not isinstance(self.hold_open, (int, float)) or not (
+            math.isfinite(self.hold_open) and self.hold_open >= 0
+        ):
+            return "hold_open must be a finite number >= 0"
+        if self.hold_open and self.operation != "process.connect":
+            return "hold_open applies to process.connect only"
         if self.tree_exited_false and self.operation != "process.delete":
             return "tree_exited_false applies to process.delete only"
         if not self.kill and not self.tree_exited_false:
             return "kill=False needs tree_exited_false"
         if stream_change and replacements:
-            return "drop_after_frames / tree_exited_false / trickle exclude status, drop and body"
+            return (
+                "drop_after_frames / hold_open / tree_exited_false / trickle exclude status, "
+                "drop and body"
+            )
         if not (replacements or stream_change or self.delay > 0):
             return "the fault does nothing"
         return None

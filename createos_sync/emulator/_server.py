@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import secrets
 import shutil
+import ssl
 import tempfile
 import threading
 from pathlib import Path
@@ -21,6 +22,7 @@ from ._janitor import Janitor
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import LiveProcess, SandboxStore
+from ._tls import server_context
 from ._wire import ApiError
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ class Emulator:
     """A CreateOS-compatible HTTP server on loopback that runs real processes.
 
     Use it as a context manager, or call ``start()`` and ``close()``.
+    With ``tls=True`` it serves HTTPS with a certificate from a throwaway CA
+    whose certificate is at ``ca_path`` (``client()`` trusts it).
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class Emulator:
         rate_limit: int | None = 300,
         heartbeat_interval: float = 1.0,
         root_dir: str | Path | None = None,
+        tls: bool = False,
     ) -> None:
         _check_loopback(host)
         if isolation not in ("auto", "bwrap", "none"):
@@ -81,6 +86,8 @@ class Emulator:
         self._frame_bytes = frame_bytes
         self._heartbeat = heartbeat_interval
         self._root_dir = Path(root_dir) if root_dir is not None else None
+        self._tls = bool(tls)
+        self._tls_dir: str | None = None
         self.faults = FaultQueue()
         self._requests = RequestLog()
         self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
@@ -92,6 +99,7 @@ class Emulator:
         self._janitor: Janitor | None = None
         self.url = ""
         self.isolation = ""
+        self.ca_path: str | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -123,14 +131,15 @@ class Emulator:
             heartbeat=self._heartbeat,
         )
         try:
-            self._server, self._connections = serve(self._host, self._port, app)
+            tls = self._tls_context()
+            self._server, self._connections = serve(self._host, self._port, app, tls)
         except BaseException:
             self._store.close()
             self._remove_temp_root()
             raise
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
-        self.url = f"http://{shown}:{port}"
+        self.url = f"{'https' if tls else 'http'}://{shown}:{port}"
         self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
         self.isolation = isolation.name
         self._thread = threading.Thread(
@@ -156,6 +165,15 @@ class Emulator:
         self._server = self._thread = None
         self._remove_temp_root()
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """A fresh CA and certificate (HTTPS asked for), kept apart from any ``root_dir``."""
+        if not self._tls:
+            return None
+        self._tls_dir = tempfile.mkdtemp(prefix="createos-emulator-tls-")
+        context, ca_path = server_context(Path(self._tls_dir))
+        self.ca_path = str(ca_path)
+        return context
+
     def _remove_temp_root(self) -> None:
         if self._temp_root is not None:
             shutil.rmtree(self._temp_root, ignore_errors=True)
@@ -163,6 +181,10 @@ class Emulator:
         if self._janitor is not None:
             self._janitor.release()
             self._janitor = None
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
+            self._tls_dir = None
+            self.ca_path = None
 
     def __enter__(self) -> Emulator:
         return self.start()
@@ -178,10 +200,17 @@ class Emulator:
     # -- for tests ---------------------------------------------------------
 
     def client(self, **kwargs: Any) -> Client:
-        """A ``createos_sync.Client`` configured for this emulator."""
+        """A ``createos_sync.Client`` configured for this emulator (trusting its CA over TLS)."""
         from createos_sync import Client
 
+        if self.ca_path is not None:
+            kwargs.setdefault("ca_bundle", self.ca_path)
         return Client(api_key=self.api_key, base_url=self.url, **kwargs)
+
+    @property
+    def connections_accepted(self) -> int:
+        """TCP connections accepted so far: how tests and benchmarks see connection reuse."""
+        return self._connections.accepted if self._connections is not None else 0
 
     @property
     def request_log(self) -> list[RequestRecord]:

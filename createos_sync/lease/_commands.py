@@ -97,15 +97,13 @@ class CommandMethods(LeaseCore):
         size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
-        capture = Capture(max_output)
-        deliver = fan_out(capture.write, on_output, echo_output if echo else None)
         result = process.run(
             box,
             command,
             stdin=stdin,
             timeout=limit,
-            capture=capture,
-            deliver=deliver,
+            capture=Capture(max_output),
+            deliver=fan_out(on_output, echo_output if echo else None),
             escalate=self._destroy_now,
             pty=size,
         )

@@ -88,7 +88,9 @@ def test_open_polls_until_running_backing_off(
     service.destroy_sandbox()
     with client.lease():
         pass
-    assert len(sleeps) == 3 and sleeps == sorted(sleeps) and sleeps[0] <= 0.1
+    # The creation's answer counts as the first look: the first poll waits too.
+    assert len(sleeps) == 4 and sleeps == sorted(sleeps) and sleeps[0] <= 0.1
+    assert len(service.calls("GET", f"/sandboxes/{SANDBOX}")) == 4
 
 
 def test_sandbox_that_fails_while_starting_is_destroyed(client: Client, service: Service) -> None:
