@@ -287,7 +287,9 @@ class Transport:
             status,
             request_id=request_id,
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            outcome_unknown=status >= 500 and repeat is not Repeat.SAFE,
+            outcome_unknown=(
+                status >= 500 and repeat is not Repeat.SAFE and not _retry.refused(status, repeat)
+            ),
         )
 
 

@@ -81,6 +81,7 @@ class Entry:
     name: str
     base_url: str
     sandbox_id: str | None = None
+    fork_from: str | None = None  # a fork's source: the service takes no name on a fork
     pid: int = attrs.field(factory=os.getpid)
     process_start: str | None = attrs.field(factory=lambda: _process_start(os.getpid()))
     host: str = attrs.field(factory=socket.gethostname)

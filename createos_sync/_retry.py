@@ -7,6 +7,8 @@ Which failures may be retried follows PROTOCOL.md:
 - 500/502/503/504 and a lost answer only for requests that are safe to repeat.
   Creations (sandbox, process) are never repeated after those: the first one
   may have taken effect, and there is no idempotency key.
+- 503 also for a creation sent as ``UNPROCESSED_ONLY`` (forks): PROTOCOL.md
+  and both official SDKs treat it as "not processed", like 429.
 
 No wait ever runs past the operation's deadline: when the next sleep would
 cross it, the last error is raised instead.
@@ -40,6 +42,9 @@ class Repeat(enum.Enum):
 
     SAFE = "safe"  # idempotent: GET, PUT of a replayable body, DELETE
     REFUSED_ONLY = "refused_only"  # creations and other one-shot effects: 429 and unsent only
+    # A creation for which 503 is also a refusal ("no capacity": not processed), as
+    # PROTOCOL.md says and both official SDKs do; used by forks.
+    UNPROCESSED_ONLY = "unprocessed_only"
     NEVER = "never"  # a body that cannot be replayed: no retry at all
 
 
@@ -47,13 +52,18 @@ def should_retry(exc: BaseException, repeat: Repeat) -> bool:
     """Decide whether a failed request may be sent again."""
     if repeat is Repeat.NEVER or not isinstance(exc, CreateosApiError):
         return False
-    if exc.status == 429:
+    if exc.status == 429 or (exc.status is not None and refused(exc.status, repeat)):
         return True
     if exc.status is None and not exc.outcome_unknown:
         return True  # the connection was never made: nothing reached the service
     if repeat is Repeat.SAFE:
         return exc.status is None or exc.status in RETRYABLE_SERVER_STATUSES
     return False
+
+
+def refused(status: int, repeat: Repeat) -> bool:
+    """Whether a 5xx answer means the service did not process the request at all."""
+    return status == 503 and repeat is Repeat.UNPROCESSED_ONLY
 
 
 def _backoff(state: tenacity.RetryCallState) -> float:

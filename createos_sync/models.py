@@ -1,4 +1,4 @@
-"""Immutable views of the API's JSON: shapes, sandboxes, processes.
+"""Immutable views of the API's JSON: shapes, sandboxes, processes, templates.
 
 Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
@@ -86,6 +86,7 @@ class SandboxInfo:
     disk_mib: int | None = None
     paused_at: datetime | None = None
     auto_pause_after: int | None = None
+    forked_from: str | None = None
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
@@ -103,6 +104,7 @@ class SandboxInfo:
             disk_mib=_int(data, "disk_mib"),
             paused_at=_time(data, "paused_at"),
             auto_pause_after=_int(data, "auto_pause_after_seconds"),
+            forked_from=_str(data, "forked_from"),
         )
 
 
@@ -134,4 +136,37 @@ class ProcessInfo:
             signal=_str(data, "signal"),
             oldest_seq=_int(output, "oldest_seq"),
             newest_seq=_int(output, "newest_seq"),
+        )
+
+
+@attrs.frozen
+class Template:
+    """A custom root file system built from a Dockerfile; use it as ``rootfs=template.id``.
+
+    ``status`` is ``pending``, ``building``, ``ready`` or ``failed``. The
+    Dockerfile itself is not kept (the service returns it only on request).
+    """
+
+    id: str
+    name: str
+    status: str
+    base: str | None = None
+    created_at: datetime | None = None
+    built_at: datetime | None = None
+    size_bytes: int | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Template:
+        return cls(
+            id=_str(data, "id") or "",
+            name=_str(data, "name") or "",
+            status=_str(data, "status") or "unknown",
+            base=_str(data, "base") or None,
+            created_at=_time(data, "created_at"),
+            built_at=_time(data, "built_at"),
+            size_bytes=_int(data, "ext4_size_bytes"),
         )

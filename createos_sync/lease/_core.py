@@ -15,7 +15,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import _registry, _sandbox
+from .. import _fork, _registry, _sandbox
 from .._box import Box
 from .._containment import terminate_unfinished
 from .._deadline import Deadline
@@ -25,6 +25,7 @@ from ..errors import (
     CreateosCleanupError,
     CreateosError,
     LeaseClosed,
+    SandboxUnavailable,
     add_note,
     attach_cleanup_failure,
 )
@@ -119,9 +120,7 @@ class LeaseCore:
                 info = _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-            elif self._options.fork_from is not None:
-                raise NotImplementedError("forks are not built yet (issue 12)")
-            else:
+            else:  # a creation or a fork: the same journal and cleanup rules
                 info = self._create(deadline)
         except BaseException:
             self._finish_close()
@@ -144,13 +143,11 @@ class LeaseCore:
         token = secrets.token_hex(6)
         prefix = self._options.name or "createos-sync"
         name = f"{prefix}-{token}"
-        body = {**self._options.creation_body(), "name": name}
-        self._journal.add(Entry(name=name, base_url=transport.config.base_url))
+        source = self._options.fork_from
+        self._journal.add(Entry(name=name, base_url=transport.config.base_url, fork_from=source))
         self._journal_name = name
         try:
-            info = _sandbox.create(
-                transport, body, deadline=deadline, cleanup_deadline=self._cleanup_deadline()
-            )
+            info = self._request_sandbox(name, deadline)
         except CreateosCleanupError:
             raise  # a sandbox may exist: the journal entry stays for `createos-sync reap`
         except BaseException:
@@ -159,6 +156,8 @@ class LeaseCore:
         self._journal.set_sandbox(name, info.id)
         log.info("created sandbox %s (%s)", info.id, name)
         try:
+            if self._options.start_paused:
+                return _fork.settle_paused(transport, info, deadline, self._client.sleep)
             return _sandbox.ensure_running(transport, info.id, deadline, self._client.sleep, info)
         except BaseException as exc:
             if _sandbox.destroy(transport, info.id, self._cleanup_deadline()):
@@ -174,6 +173,24 @@ class LeaseCore:
                 attach_cleanup_failure(exc, failure)
                 raise
             raise failure from exc
+
+    def _request_sandbox(self, name: str, deadline: Deadline) -> SandboxInfo:
+        """Ask for a new sandbox, or for a fork (``_fork``); each recovers a lost answer."""
+        transport, cleanup = self._client.transport, self._cleanup_deadline()
+        source = self._options.fork_from
+        if source is None:
+            body = {**self._options.creation_body(), "name": name}
+            return _sandbox.create(transport, body, deadline=deadline, cleanup_deadline=cleanup)
+        return _fork.fork(
+            transport,
+            source,
+            self._options.fork_body(),
+            name=name,
+            journal=self._journal,
+            deadline=deadline,
+            cleanup_deadline=cleanup,
+            sleep=self._client.sleep,
+        )
 
     def close(self, *, fresh_session: bool = False) -> None:
         """Terminate unfinished processes, then apply ``on_exit``; idempotent.
@@ -343,9 +360,11 @@ class LeaseCore:
 
     # --- what the capability mixins use ------------------------------------
 
-    def _usable_box(self) -> Box:
+    def _usable_box(self, *, paused_ok: bool = False) -> Box:
+        """The open sandbox; a paused one only when ``paused_ok`` (commands and files need
+        it running: they raise ``SandboxUnavailable`` saying ``resume()`` first)."""
         with self._lock:
-            state, box = self._state, self._box
+            state, box, info = self._state, self._box, self._info
         if state in ("new", "opening"):
             raise LeaseClosed(
                 "this lease is not open: use `with cs.lease() as box:` or call open()"
@@ -364,6 +383,10 @@ class LeaseCore:
                 f"may still be running; close() will destroy sandbox {box.sandbox_id}",
                 sandbox_id=box.sandbox_id,
                 process_ids=box.table.unconfirmed_ids,
+            )
+        if not paused_ok and info is not None and info.status == "paused":
+            raise SandboxUnavailable(
+                box.sandbox_id, "paused", "call resume() first (paused, or forked start_paused)"
             )
         return box
 

@@ -1,0 +1,366 @@
+"""Forks: a sandbox made from another one's disk; a creation, so never repeated blind.
+
+The service takes no name on a fork (the official fork body has none), so a
+fork whose answer was lost cannot be found by its name as a creation is
+(``_sandbox.create``). The rule used instead, after an unknown outcome (500,
+502, 504, a lost or malformed answer, an interruption):
+
+1. List the sandboxes. The *candidates* are those that name the source as
+   ``forked_from``, are not destroyed, were created no earlier than
+   ``CLOCK_MARGIN`` seconds before the request left (the margin absorbs the
+   skew between this machine's clock and the service's), and that no lease on
+   this machine has claimed: no fork this process got an answer for, and no
+   sandbox id in the lease journal.
+2. Other forks of the same source that are in flight would blur the picture,
+   so a recovery in this process first waits until every fork of that source
+   sent from this process has its answer (those whose answers are lost too
+   join the same recovery), and holds new ones back until it is done; forks
+   of the same source still in flight in other processes of this machine
+   (journal entries without a sandbox id) are waited for, within the cleanup
+   deadline.
+3. No candidate: the fork was not made. No more candidates than lost forks,
+   and nothing of that source left unanswered on this machine: they are the
+   lost forks, and are destroyed. Anything else (more candidates than lost
+   forks: someone else forked the same source in the window; or a fork still
+   unanswered): the lease cannot tell its own from another's, destroys none,
+   and raises ``CreateosCleanupError`` naming them all.
+
+A fork found this way is destroyed, not adopted, as a creation whose reply
+was lost is: a sandbox attributed by a listing is never run in. The caller
+may fork again; the error says what is known. 429 and 503 are refusals (the
+service did not process the request) and are retried by the transport.
+
+Request budget of a fork: 1 request, plus status polls until it settles;
+after a lost answer, 1 listing per 500 sandboxes plus 1 destroy per fork found.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+
+from . import _api, _retry, _sandbox
+from ._deadline import Deadline
+from ._http import Transport
+from ._journal import Entry, Journal
+from ._server_text import checked_id
+from .errors import (
+    CreateosApiError,
+    CreateosCleanupError,
+    CreateosError,
+    Operation,
+    OperationTimeout,
+    SandboxUnavailable,
+    may_have_taken_effect,
+)
+from .models import SANDBOX_TRANSITIONAL, SandboxInfo
+
+log = logging.getLogger("createos_sync.fork")
+
+CLOCK_MARGIN = 30.0
+GONE = frozenset({"destroying", "destroyed"})
+
+
+@attrs.frozen
+class _Verdict:
+    """What a recovery found out about the lost forks of one round."""
+
+    destroyed: tuple[str, ...] = ()
+    failure: CreateosCleanupError | None = None
+
+
+@attrs.define
+class _Round:
+    """The forks of one source whose answers were lost, recovered together."""
+
+    names: list[str] = attrs.Factory(list)
+    sent_at: float = float("inf")
+    verdict: _Verdict | None = None
+
+
+class _Gate:
+    """The forks of one source sent from this process: in flight, claimed, being recovered."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.in_flight = 0
+        self.claimed: set[str] = set()
+        self.round: _Round | None = None
+
+    def enter(self, deadline: Deadline) -> None:
+        """Count a fork in flight, once no recovery of this source is under way."""
+        with self.cond:
+            while self.round is not None:
+                if not self.cond.wait(timeout=max(0.0, deadline.remaining())):
+                    raise OperationTimeout(
+                        Operation.SANDBOX_FORK,
+                        deadline.seconds,
+                        "a recovery of a lost fork of the same source was still under way",
+                    )
+            self.in_flight += 1
+
+    def answered(self, sandbox_id: str | None) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            if sandbox_id is not None:
+                self.claimed.add(sandbox_id)
+            self.cond.notify_all()
+
+    def lost(self, name: str, sent_at: float) -> tuple[_Round, bool]:
+        """Join (or open) the recovery round; True when this fork leads it."""
+        with self.cond:
+            self.in_flight -= 1
+            leads = self.round is None
+            if self.round is None:
+                self.round = _Round()
+            self.round.names.append(name)
+            self.round.sent_at = min(self.round.sent_at, sent_at)
+            self.cond.notify_all()
+            return self.round, leads
+
+    def drain(self, deadline: Deadline) -> int:
+        """Wait until no fork of this source is in flight; how many still are."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.in_flight == 0, timeout=max(0.0, deadline.remaining()))
+            return self.in_flight
+
+    def close_round(self, verdict: _Verdict) -> None:
+        with self.cond:
+            assert self.round is not None
+            self.round.verdict = verdict
+            self.round = None
+            self.cond.notify_all()
+
+    def await_verdict(self, round_: _Round, deadline: Deadline) -> _Verdict | None:
+        with self.cond:
+            self.cond.wait_for(
+                lambda: round_.verdict is not None, timeout=max(0.0, deadline.remaining())
+            )
+            return round_.verdict
+
+
+_gates: dict[tuple[str, str], _Gate] = {}
+_gates_lock = threading.Lock()
+
+
+def _gate(base_url: str, source_id: str) -> _Gate:
+    with _gates_lock:
+        return _gates.setdefault((base_url, source_id), _Gate())
+
+
+def fork(
+    transport: Transport,
+    source_id: str,
+    body: Mapping[str, Any],
+    *,
+    name: str,
+    journal: Journal,
+    deadline: Deadline,
+    cleanup_deadline: Deadline,
+    sleep: _retry.Sleep,
+) -> SandboxInfo:
+    """Fork ``source_id``; after a lost answer, recover as the module docstring says.
+
+    ``name`` is the fork's journal entry, written by the caller before this call.
+    """
+    gate = _gate(transport.config.base_url, source_id)
+    gate.enter(deadline)
+    sent_at = time.time()
+    try:
+        info = SandboxInfo.from_api(_api.fork_sandbox(transport, source_id, body, deadline))
+    except BaseException as exc:
+        if not may_have_taken_effect(exc):
+            gate.answered(None)
+            raise
+        round_, leads = gate.lost(name, sent_at)
+        if leads:
+            verdict = _Recovery(transport, source_id, journal, cleanup_deadline, sleep).run(
+                gate, round_
+            )
+        else:
+            verdict = gate.await_verdict(round_, cleanup_deadline) or _Verdict(
+                failure=_unknown(source_id, "its recovery did not finish in time")
+            )
+        _raise_after_loss(exc, source_id, verdict)
+    gate.answered(info.id)
+    return info
+
+
+def _raise_after_loss(exc: BaseException, source_id: str, verdict: _Verdict) -> None:
+    if verdict.failure is not None:
+        raise verdict.failure from exc
+    if isinstance(exc, CreateosApiError):
+        if verdict.destroyed:
+            found = f"fork {', '.join(verdict.destroyed)} was found and destroyed"
+        else:
+            found = "no fork of it made since the request exists"
+        raise CreateosApiError(
+            exc.operation,
+            exc.status,
+            request_id=exc.request_id,
+            detail=f"the outcome of forking {source_id} was unknown; {found}",
+        ) from None
+    raise exc
+
+
+def _unknown(source_id: str, why: str) -> CreateosCleanupError:
+    return CreateosCleanupError(
+        f"forking {source_id} may have made a sandbox, but {why}; "
+        "check with `createos-sync ls` for a sandbox forked from it",
+        sandbox_id=None,
+        sandbox_destroyed=None,
+    )
+
+
+class _Recovery:
+    """The leader's side of a recovery round: list, attribute, destroy (see module docstring)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        source_id: str,
+        journal: Journal,
+        deadline: Deadline,
+        sleep: _retry.Sleep,
+    ) -> None:
+        self.transport = transport
+        self.source_id = source_id
+        self.journal = journal
+        self.deadline = deadline
+        self.sleep = sleep
+
+    def run(self, gate: _Gate, round_: _Round) -> _Verdict:
+        verdict = _Verdict(failure=_unknown(self.source_id, "its recovery was interrupted"))
+        try:
+            unanswered = gate.drain(self.deadline)
+            with gate.cond:
+                lost, claimed = len(round_.names), set(gate.claimed)
+            verdict = self._decide(round_, lost, claimed, unanswered)
+        finally:
+            gate.close_round(verdict)
+        return verdict
+
+    def _decide(self, round_: _Round, lost: int, claimed: set[str], unanswered: int) -> _Verdict:
+        try:
+            listing = list(_api.list_sandboxes(self.transport, self.deadline))
+            if not _api.reports_forks(listing):
+                return _Verdict(failure=_unknown(self.source_id, "the service does not list forks"))
+            unanswered += self._wait_for_other_processes(round_.names)
+            claimed |= self._journaled_ids()
+            since = round_.sent_at - CLOCK_MARGIN
+            found = _candidates(listing, self.source_id, since, claimed)
+        except CreateosError as exc:
+            log.error("could not look for a lost fork of %s: %s", self.source_id, exc)
+            return _Verdict(failure=_unknown(self.source_id, "its sandbox could not be looked up"))
+        if not found:
+            return _Verdict()
+        if len(found) > lost or unanswered:
+            return _Verdict(failure=_ambiguous(self.source_id, found))
+        return self._destroy(found)
+
+    def _destroy(self, found: list[str]) -> _Verdict:
+        for sandbox_id in found:
+            log.warning("fork %s of %s was made although its answer was lost: destroying it",
+                        sandbox_id, self.source_id)  # fmt: skip
+            if not _sandbox.destroy(self.transport, sandbox_id, self.deadline):
+                return _Verdict(
+                    failure=CreateosCleanupError(
+                        f"fork {sandbox_id} of {self.source_id} was made although its answer "
+                        "was lost, and destroying it failed: it may still be running",
+                        sandbox_id=sandbox_id,
+                        sandbox_destroyed=False,
+                    )
+                )
+        return _Verdict(destroyed=tuple(found))
+
+    def _entries(self) -> list[Entry]:
+        try:
+            entries = self.journal.entries()
+        except OSError as exc:  # an unreadable journal hides no claim of this process
+            log.warning("the lease journal could not be read: %s", exc)
+            return []
+        base_url = self.transport.config.base_url
+        return [e for e in entries if e.base_url == base_url]
+
+    def _journaled_ids(self) -> set[str]:
+        return {e.sandbox_id for e in self._entries() if e.sandbox_id is not None}
+
+    def _wait_for_other_processes(self, ours: list[str]) -> int:
+        """Wait for other live processes' forks of the source to be answered; how many are not."""
+
+        def in_flight() -> list[str]:
+            return [
+                e.name
+                for e in self._entries()
+                if e.fork_from == self.source_id
+                and e.sandbox_id is None
+                and e.name not in ours
+                and e.owner_alive() is not False
+            ]
+
+        try:
+            _retry.poll(
+                in_flight,
+                lambda names: not names,
+                deadline=self.deadline,
+                operation=Operation.SANDBOX_FORK,
+                sleep=self.sleep,
+            )
+        except OperationTimeout:
+            return len(in_flight())
+        return 0
+
+
+def _candidates(
+    listing: list[dict[str, Any]], source_id: str, since: float, claimed: set[str]
+) -> list[str]:
+    found = []
+    for item in listing:
+        info = SandboxInfo.from_api(item)
+        if _api.forked_from(item) != source_id or info.status in GONE:
+            continue
+        if info.created_at is None or _epoch(info.created_at) < since:
+            continue
+        sandbox_id = checked_id(item.get("id"), "sandbox id in the sandbox listing")
+        if sandbox_id not in claimed:
+            found.append(sandbox_id)
+    return found
+
+
+def _epoch(moment: datetime) -> float:
+    if moment.tzinfo is None:  # the service speaks UTC
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def _ambiguous(source_id: str, found: list[str]) -> CreateosCleanupError:
+    return CreateosCleanupError(
+        f"forking {source_id} had an unknown outcome, and {len(found)} recent fork(s) of it "
+        f"that no lease here claims exist ({', '.join(found)}): one may be this lease's, "
+        "another someone else's, so none was destroyed; destroy yours with "
+        "`createos-sync destroy ID`",
+        sandbox_id=found[0] if len(found) == 1 else None,
+        sandbox_destroyed=None,
+    )
+
+
+def settle_paused(
+    transport: Transport,
+    info: SandboxInfo,
+    deadline: Deadline,
+    sleep: _retry.Sleep,
+) -> SandboxInfo:
+    """Wait until a fork asked for with ``start_paused`` is paused (pausing it if it runs)."""
+    if info.status in SANDBOX_TRANSITIONAL:
+        info = _sandbox.settle(transport, info.id, deadline, sleep)
+    if info.status == "running":
+        return _sandbox.pause(transport, info.id, deadline, sleep)
+    if info.status != "paused":
+        raise SandboxUnavailable(info.id, info.status, "the fork did not reach paused")
+    return info
