@@ -31,11 +31,12 @@ from .errors import (
     OutputLostError,
     ProtocolError,
     SandboxUnavailable,
+    TemplateBuildError,
     UnsafeArchiveError,
     is_cleanup_error,
 )
 from .lease import Lease, OnExit
-from .models import ProcessInfo, SandboxInfo, Shape
+from .models import ProcessInfo, SandboxInfo, Shape, Template
 from .process import Process
 from .result import RunResult
 
@@ -145,6 +146,8 @@ __all__ = [
     "SandboxInfo",
     "SandboxUnavailable",
     "Shape",
+    "Template",
+    "TemplateBuildError",
     "UnsafeArchiveError",
     "__version__",
     "close_all",

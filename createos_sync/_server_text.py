@@ -21,6 +21,9 @@ SIGNAL = re.compile(r"SIG[A-Z0-9+-]{1,16}\Z")
 ERROR_CODE = re.compile(r"[a-z0-9_]{1,64}\Z")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 STATUS = re.compile(r"[a-z_]{1,32}\Z")
+# Terminal escape sequences (colours, cursor moves), then any other control character.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def checked_id(value: object, what: str) -> str:
@@ -41,3 +44,12 @@ def token(value: object, pattern: re.Pattern[str]) -> str | None:
     if isinstance(value, str) and pattern.match(value):
         return value
     return UNRECOGNISED
+
+
+def scrub(text: str, limit: int, *, secret: str | None = None) -> str:
+    """Free-form server text (a build log line) made safe to show: ``secret`` and
+    terminal escapes removed, control characters dropped, at most ``limit`` characters."""
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"

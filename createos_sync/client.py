@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType, TracebackType
 
 import requests
 
-from . import _api, _retry
+from . import _api, _retry, templates
 from ._deadline import Deadline
 from ._http import Transport
-from ._options import LeaseOptions, OnExit
+from ._options import LeaseOptions, OnExit, check_seconds
 from .config import Config
 from .lease import Lease
-from .models import SandboxInfo, Shape
+from .models import SandboxInfo, Shape, Template
 
 
 class Client:
@@ -112,6 +112,75 @@ class Client:
         )
         return Lease(self, options)
 
+    def build_template(
+        self,
+        name: str,
+        dockerfile: str,
+        *,
+        base: str | None = None,
+        on_log: Callable[[str], None] | None = None,
+        echo: bool = False,
+        timeout: float | None = None,
+    ) -> Template:
+        """Build a template from a Dockerfile's text and return it once it is ``ready``.
+
+        The build log is followed live: ``on_log(line)`` is called once per
+        line, in order (a dropped log stream is reconnected without repeating
+        a line), and ``echo=True`` prints each line (control characters
+        removed). Use the result as ``lease(rootfs=template.id)``.
+
+        Args:
+            name: the template's name (1..128 printable characters).
+            dockerfile: the Dockerfile's text (``FROM``, ``RUN``, ``ENV``, ``WORKDIR``...).
+            base: the root file system to build on when the Dockerfile has no ``FROM``.
+            timeout: seconds for the whole build (default 1800); when they pass,
+                ``OperationTimeout`` is raised and the build goes on at the service.
+
+        Request budget: 1 submission, 1 log stream and 1 read of the ready
+        template (2 when it fails), plus 1 stream per reconnection (and 1 read
+        when a stream ends before the build does).
+
+        Raises:
+            ValueError, TypeError: invalid arguments (an empty name, a Dockerfile
+                that is not text), before any request.
+            TemplateBuildError: the build failed; the message ends with the
+                last lines of its log, ``.template_id`` names the template.
+            OperationTimeout: ``timeout`` passed first.
+            CreateosApiError: the submission was refused, or its outcome was
+                unknown (it is never sent twice: see ``templates()``).
+        """
+        templates.check_build(name, dockerfile, base, on_log, echo)
+        seconds = check_seconds("timeout", timeout) or templates.DEFAULT_BUILD_TIMEOUT
+        return templates.build(
+            self.transport,
+            name,
+            dockerfile,
+            base,
+            on_log=on_log,
+            echo=echo,
+            deadline=Deadline.after(seconds),
+            sleep=self.sleep,
+        )
+
+    def templates(self) -> list[Template]:
+        """Every template of the account (1 request per 500)."""
+        return [
+            Template.from_api(t) for t in _api.list_templates(self.transport, self._deadline())
+        ]
+
+    def template(self, template_id: str) -> Template:
+        """One template (1 request)."""
+        _check_id("template_id", template_id)
+        return Template.from_api(_api.get_template(self.transport, template_id, self._deadline()))
+
+    def delete_template(self, template_id: str) -> None:
+        """Delete a template (1 request); one already gone (404) counts as deleted.
+
+        Sandboxes already made from it are not affected.
+        """
+        _check_id("template_id", template_id)
+        _api.delete_template(self.transport, template_id, self._deadline())
+
     def close(self) -> None:
         """Release the HTTP session (if this client created it)."""
         self.transport.close()
@@ -132,3 +201,8 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.config.base_url!r})"
+
+
+def _check_id(what: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty str")

@@ -30,7 +30,7 @@ class ProcessApi:
     def create(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
-        command = _command(sandbox, body, text(body, "cwd", default="/workspace"))
+        command = _command(sandbox, body, text(body, "cwd", default=sandbox.spec.workdir))
         process = self._store.new_process("process", command)
         self._store.spawn(sandbox_id, process)
         return success(process.to_json(), 201)
@@ -108,7 +108,7 @@ class ProcessApi:
     def exec(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
-        command = _command(sandbox, body, "/workspace")
+        command = _command(sandbox, body, sandbox.spec.workdir)  # a template's WORKDIR
         stdin = text(body, "stdin", default="").encode()
         streamed = request.args.get("stream") == "true" or body.get("stream") is True
         process = self._store.new_process("exec", command)

@@ -22,6 +22,8 @@ OPERATIONS = frozenset(
         "process.create", "process.list", "process.get", "process.connect",
         "process.input", "process.stdin_close", "process.signal", "process.wait",
         "process.delete",
+        "template.create", "template.list", "template.get", "template.delete",
+        "template.logs",
     }
 )  # fmt: skip
 
@@ -33,7 +35,8 @@ class Fault:
     ``status``, ``drop`` and ``body`` replace the answer (``perform`` carries
     out the real action first); ``delay`` stalls before answering;
     ``drop_after_frames`` cuts a ``process.connect`` stream after that many
-    data frames; ``tree_exited_false`` makes ``process.delete`` answer
+    data frames (a ``template.logs`` stream after that many log events);
+    ``tree_exited_false`` makes ``process.delete`` answer
     ``tree_exited: false``, leaving the tree running when ``kill`` is False.
     """
 
@@ -76,9 +79,9 @@ class Fault:
         if self.retry_after is not None and (self.status != 429 or self.retry_after < 0):
             return "retry_after needs status 429 and a value >= 0"
         if self.drop_after_frames is not None and (
-            self.operation != "process.connect" or self.drop_after_frames < 0
+            self.operation not in ("process.connect", "template.logs") or self.drop_after_frames < 0
         ):
-            return "drop_after_frames applies to process.connect only, and is >= 0"
+            return "drop_after_frames applies to process.connect and template.logs, and is >= 0"
         if self.tree_exited_false and self.operation != "process.delete":
             return "tree_exited_false applies to process.delete only"
         if not self.kill and not self.tree_exited_false:

@@ -8,9 +8,14 @@ network is the host's. When this interpreter is visible inside that root,
 ``_reporter`` runs as the namespace's PID 1 so that the command's exact wait
 status (signal or exit code) reaches the emulator.
 
+Where overlayfs works (``_layers``, probed at start), the root and the
+system directories are a writable layer instead of read-only binds: what a
+command writes anywhere is kept in the sandbox's storage, forks copy it, and
+templates are made of it. Without it they stay read-only, as before.
+
 Plain mode only moves the working directory, HOME and TMPDIR into the
 sandbox's storage: a command that names ``/workspace`` reaches the HOST's
-``/workspace``.
+``/workspace``, and one that writes elsewhere writes on the host.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._layers import Overlays
+from ._layers import probe as probe_overlays
 from ._storage import MOUNTS, Storage
 
 log = logging.getLogger("createos_sync.emulator")
@@ -51,6 +58,7 @@ class NoIsolation:
 
     name = "none"
     reports_status = False
+    overlays = None  # plain processes write on the host: no layer of their own
 
     def launch(
         self,
@@ -68,6 +76,12 @@ class NoIsolation:
         }
         return Launch(argv, storage.view(cwd), {**base, **env})
 
+    def release(self, storage: Storage) -> None:
+        """Nothing is mounted for a plain sandbox."""
+
+    def close(self) -> None:
+        pass
+
 
 class Bubblewrap:
     """Each command in its own bubblewrap PID namespace over the sandbox's storage."""
@@ -82,6 +96,16 @@ class Bubblewrap:
     def __init__(self, executable: str, python: str | None) -> None:
         self._bwrap = executable
         self._python = python
+        self.overlays: Overlays | None = None  # set once probed: a writable layer
+
+    def release(self, storage: Storage) -> None:
+        """Unmount the sandbox's layer (destroyed, or about to become a template)."""
+        if self.overlays is not None:
+            self.overlays.release(storage.root)
+
+    def close(self) -> None:
+        if self.overlays is not None:
+            self.overlays.close()
 
     def launch(
         self,
@@ -94,11 +118,12 @@ class Bubblewrap:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
         if status_fds is not None:
             cmd += ["--json-status-fd", str(status_fds[0])]
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                cmd += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                cmd += ["--ro-bind", path, path]
+        if self.overlays is not None:
+            # The layered root already holds the host's top-level symlinks.
+            cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
+            cmd += self.overlays.bind_args(storage.root)
+        else:
+            cmd += _read_only_system()
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
         cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
@@ -111,6 +136,16 @@ class Bubblewrap:
             cmd += ["--", *argv]
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         return Launch(cmd, str(storage.root), {**base, **env})
+
+
+def _read_only_system() -> list[str]:
+    args = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 Isolation = NoIsolation | Bubblewrap
@@ -168,6 +203,12 @@ def choose(mode: str) -> Isolation:
                     log.info(
                         "bubblewrap runs without the status reporter: "
                         "a command killed by signal N may be reported as exit 128+N"
+                    )
+                bwrap.overlays = probe_overlays(SYSTEM_DIRS, executable or "bwrap")
+                if bwrap.overlays is None:
+                    log.info(
+                        "overlayfs is unavailable here: sandboxes see the system read-only, "
+                        "and templates keep only /workspace, /tmp and /home/user"
                     )
                 return bwrap
         if mode == "bwrap":

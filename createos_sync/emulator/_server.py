@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
-import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -16,9 +15,11 @@ from ._app import App
 from ._faults import FaultQueue
 from ._http import Connections, serve
 from ._isolation import choose
+from ._layers import remove_tree
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import LiveProcess, SandboxStore
+from ._templates import TemplateStore
 from ._wire import ApiError
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class Emulator:
         self._requests = RequestLog()
         self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
         self._store: SandboxStore | None = None
+        self._templates: TemplateStore | None = None
         self._server: BaseWSGIServer | None = None
         self._connections: Connections | None = None
         self._thread: threading.Thread | None = None
@@ -110,8 +112,12 @@ class Emulator:
             journal_bytes=self._journal_bytes,
             frame_bytes=self._frame_bytes,
         )
+        self._templates = TemplateStore(
+            self._store, root / "templates", frame_bytes=self._frame_bytes
+        )
         app = App(
             self._store,
+            self._templates,
             api_key=self.api_key,
             faults=self.faults,
             limiter=self._limiter,
@@ -140,6 +146,8 @@ class Emulator:
 
     def close(self) -> None:
         """Kill every process, stop serving, cut open connections, remove the temp root."""
+        if self._templates is not None:
+            self._templates.close()
         if self._store is not None:
             self._store.close()
         if self._server is not None and self._thread is not None:
@@ -153,7 +161,7 @@ class Emulator:
 
     def _remove_temp_root(self) -> None:
         if self._temp_root is not None:
-            shutil.rmtree(self._temp_root, ignore_errors=True)
+            remove_tree(Path(self._temp_root))  # overlay work dirs need their mode fixed
             self._temp_root = None
 
     def __enter__(self) -> Emulator:
