@@ -4,6 +4,7 @@
 
     createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... -- CMD [ARG...]
     createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
+    createos-sync template build NAME [-f DOCKERFILE] [--base B] | template ls | template rm ID...
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
@@ -17,7 +18,7 @@ import argparse
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _manage, _run
+from . import _manage, _run, _template
 from ._local import emulator_main
 from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
 
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
     _run.add_parser(commands, common)
     _manage.add_parsers(commands, common)
+    _template.add_parser(commands, common)
     commands.add_parser(
         "emulator",
         add_help=False,

@@ -51,7 +51,10 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
-    parser.add_argument("--rootfs", help="root file system image")
+    parser.add_argument("--rootfs", help="root file system image, or a ready template's id")
+    parser.add_argument(
+        "--fork-from", metavar="ID", help="run in a new fork of this sandbox (running or paused)"
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -102,10 +105,17 @@ def run(args: argparse.Namespace) -> int:
         Command.parse(command, cwd=args.cwd, env=env)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    if args.fork_from and (args.shape or args.rootfs):
+        raise UsageError("--fork-from takes its source's shape and rootfs: drop --shape/--rootfs")
     if args.local and args.keep:
         raise UsageError("--keep cannot be used with --local: the emulator ends with this command")
     with signals_interrupt(), _local.client(local=args.local) as client:
-        lease = client.lease(args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None)
+        lease = client.lease(
+            args.shape,
+            rootfs=args.rootfs,
+            fork_from=args.fork_from,
+            on_exit="keep" if args.keep else None,
+        )
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
                 say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
