@@ -21,6 +21,12 @@ EXPECTED = {
     "ci_job.py": ["Ran 1 test", "tests passed"],
     "files_roundtrip.py": ["100% of 3145728 bytes", "every file came back intact"],
     "background_server.py": ["hello from the sandbox", '"GET /hello.txt HTTP/1.1" 200'],
+    "prepare_once.py": [
+        "fork: tool ready: shard 3",
+        "template prepare-once is ready",
+        "template: tool ready: shard 1",
+        "every job ran on the prepared setup",
+    ],
 }
 
 
