@@ -320,17 +320,24 @@ class _Recovery:
 def _candidates(
     listing: list[dict[str, Any]], source_id: str, since: float, claimed: set[str]
 ) -> list[str]:
-    found = []
-    for item in listing:
-        info = SandboxInfo.from_api(item)
-        if _api.forked_from(item) != source_id or info.status in GONE:
-            continue
-        if info.created_at is None or _epoch(info.created_at) < since:
-            continue
-        sandbox_id = checked_id(item.get("id"), "sandbox id in the sandbox listing")
-        if sandbox_id not in claimed:
-            found.append(sandbox_id)
-    return found
+    infos = [SandboxInfo.from_api(item) for item in listing]
+    found = unclaimed_forks(infos, source_id, since, claimed)
+    return [checked_id(sandbox_id, "sandbox id in the sandbox listing") for sandbox_id in found]
+
+
+def unclaimed_forks(
+    sandboxes: list[SandboxInfo], source_id: str, since: float, claimed: set[str]
+) -> list[str]:
+    """Ids of the live forks of ``source_id`` made since ``since`` that nobody claims."""
+    return [
+        s.id
+        for s in sandboxes
+        if s.forked_from == source_id
+        and s.status not in GONE
+        and s.created_at is not None
+        and _epoch(s.created_at) >= since
+        and s.id not in claimed
+    ]
 
 
 def _epoch(moment: datetime) -> float:

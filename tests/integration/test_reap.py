@@ -151,3 +151,18 @@ def test_journal_entries_are_written_around_creation_and_removed_on_close(
         assert attrs.asdict(entry)["base_url"] == client.config.base_url
         assert entry.owner_alive() is True
     assert Journal().entries() == []
+
+
+def test_reap_finds_the_fork_a_dead_process_was_making(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    url, journal = client.config.base_url, Journal()
+    with client.lease() as source, source.fork() as claimed:
+        # A process died while its fork was in flight: only the source and the time are known.
+        journal.add(Entry(name="fork-in-flight", base_url=url, fork_from=source.id, **DEAD_OWNER))
+        orphan = _api.fork_sandbox(client.transport, str(source.id), {}, Deadline.after(30))["id"]
+        outcomes = {o.name: o for o in reap(client)}
+        assert outcomes["fork-in-flight"].action == "destroyed"
+        assert outcomes["fork-in-flight"].sandbox_ids == (orphan,)  # not the claimed fork
+        assert claimed.id in emulator.live_sandboxes()
+        assert orphan not in emulator.live_sandboxes()
