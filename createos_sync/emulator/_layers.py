@@ -70,8 +70,23 @@ def copy_tree(source: Path, target: Path) -> None:
     """Copy a storage tree, overlay whiteouts (0/0 character devices) and xattrs included.
 
     The layer's private directories (work dirs, mount points) are not copied.
+    GNU ``cp -a`` does it several times faster than Python (and instantly where
+    the file system has reflinks); Python's copy is the fallback.
     """
+    target.mkdir(parents=True, exist_ok=True)
+    names = [n for n in os.listdir(source) if n not in PRIVATE]
+    if names and _CP is not None:
+        sources = [str(source / name) for name in names]
+        done = subprocess.run([_CP, "-a", "--reflink=auto", "--", *sources, str(target)],
+                              capture_output=True, check=False)  # fmt: skip
+        if done.returncode == 0:
+            return
+        log.warning("cp could not copy %s (%s): copying with Python", source, done.returncode)
+    for name in names:
+        _python_copy(source / name, target / name)
 
+
+def _python_copy(source: Path, target: Path) -> None:
     def copy(src: str, dst: str) -> object:
         mode = os.lstat(src).st_mode
         if stat.S_ISCHR(mode):
@@ -79,13 +94,13 @@ def copy_tree(source: Path, target: Path) -> None:
             return dst
         return shutil.copy2(src, dst)
 
-    shutil.copytree(
-        source,
-        target,
-        symlinks=True,
-        copy_function=copy,
-        ignore=lambda directory, names: [n for n in names if n in PRIVATE],
-    )
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, target, symlinks=True, copy_function=copy, dirs_exist_ok=True)
+    else:
+        copy(str(source), str(target))
+
+
+_CP = shutil.which("cp") if os.path.exists("/proc/self") else None
 
 
 def remove_tree(path: Path) -> None:
