@@ -76,6 +76,9 @@ class NoIsolation:
         }
         return Launch(argv, storage.view(cwd), {**base, **env})
 
+    def prepare(self, storage: Storage) -> None:
+        """Nothing is mounted for a plain sandbox."""
+
     def release(self, storage: Storage) -> None:
         """Nothing is mounted for a plain sandbox."""
 
@@ -97,6 +100,11 @@ class Bubblewrap:
         self._bwrap = executable
         self._python = python
         self.overlays: Overlays | None = None  # set once probed: a writable layer
+
+    def prepare(self, storage: Storage) -> None:
+        """Start mounting a new sandbox's layer, before its first command needs it."""
+        if self.overlays is not None:
+            self.overlays.prepare(storage.root, storage.lowers)
 
     def release(self, storage: Storage) -> None:
         """Unmount the sandbox's layer (destroyed, or about to become a template)."""

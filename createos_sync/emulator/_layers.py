@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 log = logging.getLogger("createos_sync.emulator")
@@ -121,7 +122,7 @@ class Overlays:
         self.system_dirs = tuple(system_dirs)
         self.targets = tuple(d for d in system_dirs if os.path.isdir(d) and not os.path.islink(d))
         self.user_namespace = user_namespace
-        self._holders: dict[Path, subprocess.Popen[bytes]] = {}
+        self._holders: dict[Path, Future[subprocess.Popen[bytes]]] = {}
         self._lock = threading.Lock()
 
     def bind_args(self, root: Path) -> list[str]:
@@ -132,13 +133,14 @@ class Overlays:
             args += ["--bind", str(mounts / _key(target)), target]
         return args
 
+    def prepare(self, root: Path, lowers: Sequence[Path]) -> None:
+        """Mount the sandbox's layer in the background, so that its first command need not
+        wait for it (commands are all started by one thread: a wait there delays every one)."""
+        self._holder(root, lowers, background=True)
+
     def enter(self, root: Path, lowers: Sequence[Path]) -> list[str]:
         """The command prefix that runs a program in the sandbox's layered namespace."""
-        with self._lock:
-            holder = self._holders.get(root)
-            if holder is None or holder.poll() is not None:
-                holder = self._start(root, lowers)
-                self._holders[root] = holder
+        holder = self._holder(root, lowers, background=False).result(HOLDER_TIMEOUT)
         prefix = ["nsenter", f"--target={holder.pid}", "--mount"]
         if self.user_namespace:
             prefix += ["--user", "--preserve-credentials"]
@@ -147,15 +149,46 @@ class Overlays:
     def release(self, root: Path) -> None:
         """Unmount the sandbox's layer (its holder exits); its files stay."""
         with self._lock:
-            holder = self._holders.pop(root, None)
-        if holder is not None:
-            _stop(holder)
+            future = self._holders.pop(root, None)
+        if future is not None and future.done() and future.exception() is None:
+            _stop(future.result())  # one still starting is stopped by _fill
 
     def close(self) -> None:
         with self._lock:
-            holders, self._holders = list(self._holders.values()), {}
-        for holder in holders:
+            roots = list(self._holders)
+        for root in roots:
+            self.release(root)
+
+    def _holder(
+        self, root: Path, lowers: Sequence[Path], *, background: bool
+    ) -> Future[subprocess.Popen[bytes]]:
+        """The future of the sandbox's holder; a new one if there is none, or it died."""
+        with self._lock:
+            future = self._holders.get(root)
+            if future is not None and not _dead(future):
+                return future
+            future = self._holders[root] = Future()
+        if background:
+            threading.Thread(target=self._fill, args=(future, root, lowers), daemon=True).start()
+        else:
+            self._fill(future, root, lowers)
+        return future
+
+    def _fill(
+        self, future: Future[subprocess.Popen[bytes]], root: Path, lowers: Sequence[Path]
+    ) -> None:
+        try:
+            holder = self._start(root, lowers)
+        except Exception as exc:
+            future.set_exception(exc)
+            return
+        with self._lock:
+            released = self._holders.get(root) is not future
+        if released:  # the sandbox went away while its layer was being mounted
             _stop(holder)
+            future.set_exception(OSError("the sandbox's layer was released"))
+        else:
+            future.set_result(holder)
 
     def _start(self, root: Path, lowers: Sequence[Path]) -> subprocess.Popen[bytes]:
         skeleton = root / ".layer-skeleton"
@@ -187,6 +220,12 @@ class Overlays:
             _stop(holder)
             raise OSError("the sandbox's overlay could not be mounted")
         return holder
+
+
+def _dead(future: Future[subprocess.Popen[bytes]]) -> bool:
+    if not future.done():
+        return False
+    return future.exception() is not None or future.result().poll() is not None
 
 
 def _key(target: str) -> str:

@@ -190,6 +190,7 @@ class SandboxStore:
         sandbox.storage.create()
         if seed is not None:
             sandbox.storage.seed_from(seed)
+        self.isolation.prepare(sandbox.storage)
         return self._add(sandbox)
 
     def fork(self, source_id: str, changes: ForkChanges) -> Sandbox:
@@ -212,6 +213,7 @@ class SandboxStore:
             sandbox.begin("forking", "paused" if changes.start_paused else "running", self._delay)
             sandbox.egress = list(source.egress if changes.egress is None else changes.egress)
             source.storage.copy_to(sandbox.storage)
+        self.isolation.prepare(sandbox.storage)
         return self._add(sandbox)
 
     def _new(self, spec: SandboxSpec) -> Sandbox:
