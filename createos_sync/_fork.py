@@ -37,6 +37,7 @@ after a lost answer, 1 listing per 500 sandboxes plus 1 destroy per fork found.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -147,6 +148,18 @@ class _Gate:
 
 _gates: dict[tuple[str, str], _Gate] = {}
 _gates_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    # A child of os.fork() has none of its parent's forks in flight, and a lock a parent
+    # thread held at that moment would never be released here.
+    global _gates_lock
+    _gates.clear()
+    _gates_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _gate(base_url: str, source_id: str) -> _Gate:
