@@ -87,7 +87,10 @@ def _instruction(line: int, joined: str) -> Instruction:
         raise DockerfileError(line, "heredocs are not supported: write the script on one RUN")
     if keyword == "RUN" and args.startswith("--"):
         raise DockerfileError(line, "RUN options (--mount, --network...) are not supported")
-    return Instruction(line, keyword, args.strip())
+    instruction = Instruction(line, keyword, args.strip())
+    if keyword == "RUN":
+        run_argv(instruction)  # a malformed exec form fails the build before any step runs
+    return instruction
 
 
 def _check_stages(instructions: list[Instruction]) -> None:
