@@ -83,7 +83,7 @@ class NoIsolation:
         """Nothing is mounted for a plain sandbox."""
 
     def close(self) -> None:
-        pass
+        """Nothing to unmount."""
 
 
 class Bubblewrap:
