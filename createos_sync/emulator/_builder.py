@@ -13,6 +13,7 @@ storage trees (``/workspace``, ``/tmp``, ``/home/user``) are kept, and a
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from ._dockerfile import (
 )
 from ._journal import End, Frame
 from ._layers import PRIVATE, UPPER, remove_tree
-from ._processes import Command
+from ._processes import Command, StdinClosed
 from ._storage import Storage
 from ._streams import exec_status
 from ._templates import Template, TemplateStore
@@ -172,7 +173,8 @@ class Build:
         lines = _Lines(template)
         try:
             self.store.start_unlisted(self.storage, process)
-            process.close_stdin()  # a step has no input: EOF at once
+            with contextlib.suppress(StdinClosed):  # it may have ended already
+                process.close_stdin()  # a step has no input: EOF at once
             while not isinstance(item := reader.next(READ_TIMEOUT), End):
                 if template.cancelled.is_set():
                     raise BuildFailed("the build was cancelled")
