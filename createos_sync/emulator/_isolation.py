@@ -76,7 +76,7 @@ class NoIsolation:
         }
         return Launch(argv, storage.view(cwd), {**base, **env})
 
-    def prepare(self, storage: Storage) -> None:
+    def prepare(self, storage: Storage, *, wait: bool = False) -> None:
         """Nothing is mounted for a plain sandbox."""
 
     def release(self, storage: Storage) -> None:
@@ -101,10 +101,10 @@ class Bubblewrap:
         self._python = python
         self.overlays: Overlays | None = None  # set once probed: a writable layer
 
-    def prepare(self, storage: Storage) -> None:
-        """Start mounting a new sandbox's layer, before its first command needs it."""
+    def prepare(self, storage: Storage, *, wait: bool = False) -> None:
+        """Mount a sandbox's layer: at creation in the background, before a command in full."""
         if self.overlays is not None:
-            self.overlays.prepare(storage.root, storage.lowers)
+            self.overlays.prepare(storage.root, storage.lowers, wait=wait)
 
     def release(self, storage: Storage) -> None:
         """Unmount the sandbox's layer (destroyed, or about to become a template)."""

@@ -133,10 +133,13 @@ class Overlays:
             args += ["--bind", str(mounts / _key(target)), target]
         return args
 
-    def prepare(self, root: Path, lowers: Sequence[Path]) -> None:
-        """Mount the sandbox's layer in the background, so that its first command need not
-        wait for it (commands are all started by one thread: a wait there delays every one)."""
-        self._holder(root, lowers, background=True)
+    def prepare(self, root: Path, lowers: Sequence[Path], *, wait: bool) -> None:
+        """Mount the sandbox's layer, in the background unless ``wait``. Commands are all
+        started by one thread: a command must never wait there for its layer, delaying
+        every other sandbox's, so the layer is mounted at creation and waited for before."""
+        future = self._holder(root, lowers, background=True)
+        if wait:
+            future.result(HOLDER_TIMEOUT)
 
     def enter(self, root: Path, lowers: Sequence[Path]) -> list[str]:
         """The command prefix that runs a program in the sandbox's layered namespace."""

@@ -281,14 +281,18 @@ class SandboxStore:
     def spawn(self, sandbox_id: str, process: ManagedProcess) -> None:
         """Start ``process`` in a running sandbox and register it."""
         sandbox = self.running(sandbox_id)
+        self.isolation.prepare(sandbox.storage, wait=True)  # here, never in the spawner
         with sandbox.lock:
             if sandbox.settle() != "running":
+                if sandbox.settle() in ("destroying", "destroyed"):
+                    self.isolation.release(sandbox.storage)  # mounted again meanwhile
                 raise ApiError(409, "sandbox is no longer running")
             sandbox.processes[process.id] = process
             self._spawner.submit(process.start, self.isolation, sandbox.storage).result()
 
     def start_unlisted(self, storage: Storage, process: ManagedProcess) -> None:
         """Start a process of no listed sandbox (a template build's step) in ``storage``."""
+        self.isolation.prepare(storage, wait=True)
         self._spawner.submit(process.start, self.isolation, storage).result()
 
     def process(self, sandbox_id: str, process_id: str) -> ManagedProcess:
