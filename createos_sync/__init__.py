@@ -35,6 +35,7 @@ from .errors import (
     UnsafeArchiveError,
     is_cleanup_error,
 )
+from .fanout import map
 from .lease import Lease, OnExit
 from .models import ProcessInfo, SandboxInfo, Shape, Template
 from .process import Process
@@ -95,7 +96,10 @@ def lease(
         client: defaults to a ``Client()`` from the environment, owned by the lease.
         timeout: the deadline of one operation and the default command timeout.
         journal: record the sandbox in the local lease journal (the crash-safety
-            record ``createos-sync reap`` works from); ``False`` opts out.
+            record ``createos-sync reap`` works from) before it is created; if
+            the journal cannot be written, ``open()`` raises ``ConfigError``
+            before any request. ``False`` (or ``CREATEOS_SYNC_JOURNAL=off`` in
+            the environment) opts out: the lease then keeps no record.
 
     Nothing is sent before ``open()`` / ``with``.
 
@@ -154,5 +158,6 @@ __all__ = [
     "is_cleanup_error",
     "lease",
     "leases",
+    "map",
     "reap",
 ]

@@ -20,6 +20,7 @@ from .errors import Operation, ProtocolError
 
 PAGE_LIMIT = 500
 STREAM_IDLE_TIMEOUT = 60.0  # no byte, not even a heartbeat, for this long: the stream is dead
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
 def _sandbox(sandbox_id: str) -> str:
@@ -57,6 +58,17 @@ def list_shapes(t: Transport, deadline: Deadline) -> list[Any]:
         "GET", "/shapes", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
     )
     return _items(reply.data, Operation.CATALOG, "shapes")[0]
+
+
+def list_rootfs(t: Transport, deadline: Deadline) -> list[str]:
+    """The names of the published root file systems (the answer is ``{rootfs: [names], ...}``)."""
+    reply = t.call(
+        "GET", "/rootfs", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
+    )
+    names = _object(reply.data, Operation.CATALOG).get("rootfs")
+    if not isinstance(names, list):
+        raise ProtocolError(f"the answer to {Operation.CATALOG} has no list of root file systems")
+    return [name for name in names if isinstance(name, str)]
 
 
 # Sandboxes
@@ -119,24 +131,16 @@ def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:
 def fork_sandbox(
     t: Transport, source_id: str, body: Mapping[str, Any], deadline: Deadline
 ) -> dict[str, Any]:
-    """Fork a sandbox: a creation, so never repeated after an unknown outcome (503 aside)."""
+    """Fork a sandbox: a creation, so never repeated after an unknown outcome (429/503 are)."""
     reply = t.call(
         "POST",
         f"{_sandbox(source_id)}/fork",
         operation=Operation.SANDBOX_FORK,
-        repeat=Repeat.UNPROCESSED_ONLY,
+        repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body=dict(body),
     )
-    data = _object(reply.data, Operation.SANDBOX_FORK)
-    checked_id(data.get("id"), "sandbox id in the answer to a sandbox fork")
-    return data
-
-
-def forked_from(sandbox: Mapping[str, Any]) -> str | None:
-    """The sandbox a listed sandbox was forked from (the official SDK's ``forked_from``)."""
-    source = sandbox.get("forked_from")
-    return source if isinstance(source, str) else None
+    return _object(reply.data, Operation.SANDBOX_FORK)
 
 
 def reports_forks(sandboxes: list[dict[str, Any]]) -> bool:
@@ -144,9 +148,9 @@ def reports_forks(sandboxes: list[dict[str, Any]]) -> bool:
     return any("forked_from" in s for s in sandboxes)
 
 
-def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
-    """Destroy a sandbox; 404 means it is already gone, which is success."""
-    t.call(
+def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> bool:
+    """Destroy a sandbox; 404 means it is already gone, which is success (False)."""
+    reply = t.call(
         "DELETE",
         _sandbox(sandbox_id),
         operation=Operation.SANDBOX_CLEANUP,
@@ -154,6 +158,7 @@ def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
         deadline=deadline,
         allow=frozenset({404}),
     )
+    return reply.status != 404
 
 
 def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadline) -> bool:
@@ -167,6 +172,60 @@ def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadl
         allow=frozenset({409}),
     )
     return reply.status != 409
+
+
+def get_egress(t: Transport, sandbox_id: str, deadline: Deadline) -> Any:
+    """The egress rules as the service answers them (a list, or None for "allow all")."""
+    reply = t.call(
+        "GET",
+        f"{_sandbox(sandbox_id)}/egress",
+        operation=Operation.SANDBOX_SETTINGS,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+    )
+    return _object(reply.data, Operation.SANDBOX_SETTINGS).get("egress")
+
+
+def put_egress(t: Transport, sandbox_id: str, rules: list[str], deadline: Deadline) -> Any:
+    """Replace the egress rules; answers them as the service now has them."""
+    reply = t.call(
+        "PUT",
+        f"{_sandbox(sandbox_id)}/egress",
+        operation=Operation.SANDBOX_SETTINGS,
+        repeat=Repeat.SAFE,  # the rules are replaced whole: sending them twice changes nothing
+        deadline=deadline,
+        json_body={"egress": rules},
+    )
+    return _object(reply.data, Operation.SANDBOX_SETTINGS).get("egress")
+
+
+def set_ingress(t: Transport, sandbox_id: str, enabled: bool, deadline: Deadline) -> dict[str, Any]:
+    """Switch public ingress; answers the sandbox."""
+    return _patch_sandbox(t, sandbox_id, {"ingress_enabled": enabled}, deadline)
+
+
+def set_auto_pause(
+    t: Transport, sandbox_id: str, seconds: int | None, deadline: Deadline
+) -> dict[str, Any]:
+    """Pause after ``seconds`` idle, or never (None); answers the sandbox."""
+    body: dict[str, Any] = (
+        {"disable_auto_pause": True} if seconds is None else {"auto_pause_after_seconds": seconds}
+    )
+    return _patch_sandbox(t, sandbox_id, body, deadline)
+
+
+def _patch_sandbox(
+    t: Transport, sandbox_id: str, body: dict[str, Any], deadline: Deadline
+) -> dict[str, Any]:
+    reply = t.call(
+        "PATCH",
+        _sandbox(sandbox_id),
+        operation=Operation.SANDBOX_SETTINGS,
+        repeat=Repeat.SAFE,  # absolute values: a repeat after a lost answer changes nothing
+        deadline=deadline,
+        json_body=body,
+    )
+    return _object(reply.data, Operation.SANDBOX_SETTINGS)
 
 
 # Templates
@@ -187,7 +246,7 @@ def create_template(
         "POST",
         "/templates",
         operation=Operation.TEMPLATE_BUILD,
-        repeat=Repeat.UNPROCESSED_ONLY,
+        repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body=body,
     )
@@ -286,19 +345,25 @@ def read_file(t: Transport, sandbox_id: str, path: str, deadline: Deadline) -> S
 
 
 def exec_command(
-    t: Transport, sandbox_id: str, cmd: str, args: list[str], deadline: Deadline
+    t: Transport,
+    sandbox_id: str,
+    cmd: str,
+    args: list[str],
+    deadline: Deadline,
+    *,
+    operation: str = Operation.EXEC,
 ) -> dict[str, Any]:
     """Buffered one-shot exec for housekeeping; its result is ``{exit_code, stdout, stderr}``."""
     reply = t.call(
         "POST",
         f"{_sandbox(sandbox_id)}/exec",
-        operation=Operation.EXEC,
+        operation=operation,
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body={"cmd": cmd, "args": args},
     )
-    result = _object(reply.data, Operation.EXEC).get("result")
-    return _object(result, Operation.EXEC)
+    result = _object(reply.data, operation).get("result")
+    return _object(result, operation)
 
 
 # Managed processes
@@ -350,6 +415,23 @@ def connect_output(
     )
 
 
+def wait_process(
+    t: Transport, sandbox_id: str, process_id: str, timeout_ms: int, deadline: Deadline
+) -> dict[str, Any] | None:
+    """Long-poll until the process's whole tree has exited and return its record; None
+    when ``timeout_ms`` passed first (408: "not yet", never retried by the transport)."""
+    reply = t.call(
+        "GET",
+        f"{_process(sandbox_id, process_id)}/wait",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        params={"scope": "tree", "timeout_ms": str(max(0, timeout_ms))},
+        allow=frozenset({408}),
+    )
+    return None if reply.status == 408 else _object(reply.data, Operation.PROCESS_CONTROL)
+
+
 def close_stdin(t: Transport, sandbox_id: str, process_id: str, deadline: Deadline) -> None:
     """Close the process's stdin; 409 (already closed) is fine."""
     t.call(
@@ -375,7 +457,6 @@ def send_input(
     )
 
 
-
 def terminate_process(
     t: Transport, sandbox_id: str, process_id: str, grace: float, deadline: Deadline
 ) -> dict[str, Any] | None:
@@ -394,3 +475,29 @@ def terminate_process(
         allow=frozenset({404}),
     )
     return None if reply.status == 404 else _object(reply.data, Operation.PROCESS_CLEANUP)
+
+
+# Any other endpoint
+
+
+def request(
+    t: Transport,
+    method: str,
+    path: str,
+    deadline: Deadline,
+    *,
+    json_body: Any = None,
+    params: dict[str, str] | None = None,
+) -> Any:
+    """One request to an endpoint this module does not wrap (``path`` is checked by the
+    caller); retried as its method allows. Returns the envelope's ``data``."""
+    reply = t.call(
+        method,
+        path,
+        operation=Operation.REQUEST,
+        repeat=Repeat.SAFE if method in IDEMPOTENT_METHODS else Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        params=params,
+        json_body=json_body,
+    )
+    return reply.data

@@ -22,8 +22,10 @@ class Box:
     table: ProcessTable = attrs.field(factory=ProcessTable)
     sleep: Sleep = attrs.field(default=time.sleep, repr=False)
     # Set when the lease starts closing (possibly from another thread, e.g. at
-    # max_lifetime): a run that then loses its process ends as timed out.
-    closing: threading.Event = attrs.field(factory=threading.Event, repr=False)
+    # max_lifetime); it is the table's, which then refuses new processes.
+    closing: threading.Event = attrs.field(
+        default=attrs.Factory(lambda self: self.table.closing, takes_self=True), repr=False
+    )
 
     def deadline(self, seconds: float | None = None) -> Deadline:
         """A deadline of ``seconds``, by default the client's operation timeout."""

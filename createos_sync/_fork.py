@@ -2,15 +2,18 @@
 
 The service takes no name on a fork (the official fork body has none), so a
 fork whose answer was lost cannot be found by its name as a creation is
-(``_sandbox.create``). The rule used instead, after an unknown outcome (500,
-502, 504, a lost or malformed answer, an interruption):
+(``_sandbox.ByName``). A fork goes through the same ``_sandbox.created`` as
+a creation, with ``LostFork`` as its recovery. The rule, after an unknown
+outcome (500, 502, 504, a lost or malformed answer, an interruption):
 
 1. List the sandboxes. The *candidates* are those that name the source as
    ``forked_from``, are not destroyed, were created no earlier than
    ``CLOCK_MARGIN`` seconds before the request left (the margin absorbs the
    skew between this machine's clock and the service's), and that no lease on
    this machine has claimed: no fork this process got an answer for, and no
-   sandbox id in the lease journal.
+   sandbox id in the lease journal. When no answer came at all and nothing
+   is found, the listing is repeated after the pauses of ``_sandbox.late_looks``
+   (the fork may still be on its way).
 2. Other forks of the same source that are in flight would blur the picture,
    so a recovery in this process first waits until every fork of that source
    sent from this process has its answer (those whose answers are lost too
@@ -28,25 +31,28 @@ fork whose answer was lost cannot be found by its name as a creation is
 A fork found this way is destroyed, not adopted, as a creation whose reply
 was lost is: a sandbox attributed by a listing is never run in. The caller
 may fork again; the error says what is known. 429 and 503 are refusals (the
-service did not process the request) and are retried by the transport.
+service did not process the request) and are retried by the transport, as
+for every creation (``_retry.REFUSED_STATUSES``).
 
 Request budget of a fork: 1 request, plus status polls until it settles;
-after a lost answer, 1 listing per 500 sandboxes plus 1 destroy per fork found.
+after a lost answer, 1 listing per 500 sandboxes (3 when no answer came and
+nothing is found) plus 1 destroy per fork found.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
-from . import _api, _retry, _sandbox
+from . import _api, _retry, _sandbox, _shield
 from ._deadline import Deadline
 from ._http import Transport
 from ._journal import Entry, Journal
@@ -57,6 +63,7 @@ from .errors import (
     CreateosError,
     Operation,
     OperationTimeout,
+    ProtocolError,
     SandboxUnavailable,
     may_have_taken_effect,
 )
@@ -94,17 +101,25 @@ class _Gate:
         self.claimed: set[str] = set()
         self.round: _Round | None = None
 
-    def enter(self, deadline: Deadline) -> None:
-        """Count a fork in flight, once no recovery of this source is under way."""
+    def wait_calm(self, deadline: Deadline) -> None:
+        """Wait until no recovery of this source is under way."""
         with self.cond:
-            while self.round is not None:
-                if not self.cond.wait(timeout=max(0.0, deadline.remaining())):
-                    raise OperationTimeout(
-                        Operation.SANDBOX_FORK,
-                        deadline.seconds,
-                        "a recovery of a lost fork of the same source was still under way",
-                    )
+            if not self.cond.wait_for(
+                lambda: self.round is None, timeout=max(0.0, deadline.remaining())
+            ):
+                raise OperationTimeout(
+                    Operation.SANDBOX_FORK,
+                    deadline.seconds,
+                    "a recovery of a lost fork of the same source was still under way",
+                )
+
+    def enter(self) -> bool:
+        """Count a fork in flight if no recovery is under way (else False: wait again)."""
+        with self.cond:
+            if self.round is not None:
+                return False
             self.in_flight += 1
+            return True
 
     def answered(self, sandbox_id: str | None) -> None:
         with self.cond:
@@ -167,59 +182,85 @@ def _gate(base_url: str, source_id: str) -> _Gate:
         return _gates.setdefault((base_url, source_id), _Gate())
 
 
-def fork(
-    transport: Transport,
-    source_id: str,
-    body: Mapping[str, Any],
-    *,
-    name: str,
-    journal: Journal,
-    deadline: Deadline,
-    cleanup_deadline: Deadline,
-    sleep: _retry.Sleep,
-) -> SandboxInfo:
-    """Fork ``source_id``; after a lost answer, recover as the module docstring says.
+class LostFork:
+    """The recovery of one fork (``_sandbox.Recovery``): by its source, as the module says."""
 
-    ``name`` is the fork's journal entry, written by the caller before this call.
-    """
-    gate = _gate(transport.config.base_url, source_id)
-    gate.enter(deadline)
-    sent_at = time.time()
-    try:
-        info = SandboxInfo.from_api(_api.fork_sandbox(transport, source_id, body, deadline))
-    except BaseException as exc:
-        if not may_have_taken_effect(exc):
-            gate.answered(None)
+    def __init__(
+        self,
+        transport: Transport,
+        source_id: str,
+        name: str,
+        journal: Journal | None,
+        deadline: Deadline,
+    ) -> None:
+        self.transport = transport
+        self.source_id = source_id
+        self.name = name  # the fork's journal entry
+        self.journal = journal
+        self.deadline = deadline
+        self.gate = _gate(transport.config.base_url, source_id)
+        self.round: _Round | None = None  # set once the answer is lost
+        self.leads = False
+        self.verdict: _Verdict | None = None
+
+    def attempt(self, request: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
+        """Send the fork, counted among its source's forks in flight until it is answered."""
+        while True:  # called held: only the waits let an interrupt in
+            with _shield.delivered():
+                self.gate.wait_calm(self.deadline)
+            if self.gate.enter():
+                break
+        sent_at = time.time()
+        try:
+            with _shield.delivered():
+                record = request()
+            sandbox_id = checked_id(record.get("id"), "sandbox id in the answer to a sandbox fork")
+        except BaseException as exc:
+            if may_have_taken_effect(exc):
+                self.round, self.leads = self.gate.lost(self.name, sent_at)
+            else:
+                self.gate.answered(None)
             raise
-        round_, leads = gate.lost(name, sent_at)
-        if leads:
-            verdict = _Recovery(transport, source_id, journal, cleanup_deadline, sleep).run(
-                gate, round_
-            )
+        self.gate.answered(sandbox_id)
+        return record
+
+    def recover(
+        self, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
+    ) -> CreateosCleanupError | None:
+        round_ = self.round
+        if round_ is None:
+            return None  # interrupted before it was sent: nothing was asked for
+        if self.leads:
+            recovery = _Recovery(self.transport, self.source_id, self.journal, deadline, sleep)
+            self.verdict = recovery.run(self.gate, round_, _sandbox.late_looks(exc))
         else:
-            verdict = gate.await_verdict(round_, cleanup_deadline) or _Verdict(
-                failure=_unknown(source_id, "its recovery did not finish in time")
+            self.verdict = self.gate.await_verdict(round_, deadline) or _Verdict(
+                failure=_unknown(self.source_id, "its recovery did not finish in time")
             )
-        _raise_after_loss(exc, source_id, verdict)
-    gate.answered(info.id)
-    return info
+        return self.verdict.failure
 
-
-def _raise_after_loss(exc: BaseException, source_id: str, verdict: _Verdict) -> None:
-    if verdict.failure is not None:
-        raise verdict.failure from exc
-    if isinstance(exc, CreateosApiError):
-        if verdict.destroyed:
-            found = f"fork {', '.join(verdict.destroyed)} was found and destroyed"
+    def explained(self, exc: BaseException) -> BaseException:
+        if self.verdict is None:
+            return exc
+        if self.verdict.destroyed:
+            found = f"fork {', '.join(self.verdict.destroyed)} was found and destroyed"
         else:
             found = "no fork of it made since the request exists"
-        raise CreateosApiError(
-            exc.operation,
-            exc.status,
-            request_id=exc.request_id,
-            detail=f"the outcome of forking {source_id} was unknown; {found}",
-        ) from None
-    raise exc
+        gone = f"the outcome of forking {self.source_id} was unknown; {found}"
+        if isinstance(exc, CreateosApiError):
+            return CreateosApiError(
+                exc.operation, exc.status, request_id=exc.request_id, detail=gone
+            )
+        if isinstance(exc, ProtocolError):
+            return ProtocolError(f"{exc}; {gone}")
+        return exc
+
+    def interrupted(self) -> CreateosCleanupError:
+        return _unknown(
+            self.source_id,
+            "looking for it was interrupted (`createos-sync reap` resolves it by its source "
+            "from the lease journal)",
+        )
 
 
 def _unknown(source_id: str, why: str) -> CreateosCleanupError:
@@ -238,7 +279,7 @@ class _Recovery:
         self,
         transport: Transport,
         source_id: str,
-        journal: Journal,
+        journal: Journal | None,
         deadline: Deadline,
         sleep: _retry.Sleep,
     ) -> None:
@@ -248,40 +289,64 @@ class _Recovery:
         self.deadline = deadline
         self.sleep = sleep
 
-    def run(self, gate: _Gate, round_: _Round) -> _Verdict:
+    def run(self, gate: _Gate, round_: _Round, pauses: tuple[float, ...]) -> _Verdict:
         verdict = _Verdict(failure=_unknown(self.source_id, "its recovery was interrupted"))
         try:
-            unanswered = gate.drain(self.deadline)
+            with _shield.delivered():
+                unanswered = gate.drain(self.deadline)
             with gate.cond:
                 lost, claimed = len(round_.names), set(gate.claimed)
-            verdict = self._decide(round_, lost, claimed, unanswered)
+            verdict = self._decide(round_, lost, claimed, unanswered, pauses)
         finally:
             gate.close_round(verdict)
         return verdict
 
-    def _decide(self, round_: _Round, lost: int, claimed: set[str], unanswered: int) -> _Verdict:
+    def _decide(
+        self,
+        round_: _Round,
+        lost: int,
+        claimed: set[str],
+        unanswered: int,
+        pauses: tuple[float, ...],
+    ) -> _Verdict:
         try:
-            listing = list(_api.list_sandboxes(self.transport, self.deadline))
-            if not _api.reports_forks(listing):
-                return _Verdict(failure=_unknown(self.source_id, "the service does not list forks"))
-            unanswered += self._wait_for_other_processes(round_.names)
-            claimed |= self._journaled_ids()
-            since = round_.sent_at - CLOCK_MARGIN
-            found = _candidates(listing, self.source_id, since, claimed)
+            with _shield.delivered():
+                unanswered += self._wait_for_other_processes(round_.names)
+            found = self._look(round_.sent_at - CLOCK_MARGIN, claimed, pauses)
         except CreateosError as exc:
             log.error("could not look for a lost fork of %s: %s", self.source_id, exc)
             return _Verdict(failure=_unknown(self.source_id, "its sandbox could not be looked up"))
+        if found is None:
+            return _Verdict(failure=_unknown(self.source_id, "the service does not list forks"))
         if not found:
             return _Verdict()
         if len(found) > lost or unanswered:
             return _Verdict(failure=_ambiguous(self.source_id, found))
         return self._destroy(found)
 
+    def _look(self, since: float, claimed: set[str], pauses: tuple[float, ...]) -> list[str] | None:
+        """The candidates (None: the listing does not say which sandboxes are forks)."""
+        for pause in (0.0, *pauses):
+            if pause:
+                with _shield.delivered():
+                    self.sleep(pause)
+            with _shield.delivered():
+                listing = list(_api.list_sandboxes(self.transport, self.deadline))
+            if not _api.reports_forks(listing):
+                return None
+            # Read after the listing: a fork another lease got meanwhile is claimed by now.
+            found = _candidates(listing, self.source_id, since, claimed | self._journaled_ids())
+            if found:
+                return found
+        return []
+
     def _destroy(self, found: list[str]) -> _Verdict:
         for sandbox_id in found:
             log.warning("fork %s of %s was made although its answer was lost: destroying it",
                         sandbox_id, self.source_id)  # fmt: skip
-            if not _sandbox.destroy(self.transport, sandbox_id, self.deadline):
+            with _shield.delivered():
+                destroyed = _sandbox.destroy(self.transport, sandbox_id, self.deadline)
+            if not destroyed:
                 return _Verdict(
                     failure=CreateosCleanupError(
                         f"fork {sandbox_id} of {self.source_id} was made although its answer "
@@ -293,6 +358,8 @@ class _Recovery:
         return _Verdict(destroyed=tuple(found))
 
     def _entries(self) -> list[Entry]:
+        if self.journal is None:  # journal=False: no other lease's claims are known here
+            return []
         try:
             entries = self.journal.entries()
         except OSError as exc:  # an unreadable journal hides no claim of this process
@@ -305,7 +372,12 @@ class _Recovery:
         return {e.sandbox_id for e in self._entries() if e.sandbox_id is not None}
 
     def _wait_for_other_processes(self, ours: list[str]) -> int:
-        """Wait for other live processes' forks of the source to be answered; how many are not."""
+        """Wait for other live processes' forks of the source to be answered; how many are not.
+
+        This process's own forks are the gate's: one journaled but not sent
+        yet waits for this very recovery, and must not be waited for here.
+        """
+        me = (socket.gethostname(), os.getpid())
 
         def in_flight() -> list[str]:
             return [
@@ -314,6 +386,7 @@ class _Recovery:
                 if e.fork_from == self.source_id
                 and e.sandbox_id is None
                 and e.name not in ours
+                and (e.host, e.pid) != me
                 and e.owner_alive() is not False
             ]
 

@@ -2,7 +2,9 @@
 
 Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
-else of the JSON is kept: sandbox records may echo environment values.
+else of the JSON is kept: sandbox records may echo environment values. Free
+text that is kept (egress rules, the ingress URL template) is checked first
+(``_server_text``), since a repr shows it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from typing import Any
 
 import attrs
 
+from ._server_text import SIGNAL, STATUS, TEMPLATE_STATUS, egress_rules, token, url_template
+
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
+# A sandbox in one of these states will not serve again: waits stop there.
+SANDBOX_UNAVAILABLE = frozenset({"error", "failed", "destroying", "destroyed"})
 
 
 def _str(data: Mapping[str, Any], key: str) -> str | None:
@@ -60,6 +66,7 @@ class Shape:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Shape:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         return cls(
             id=_str(data, "id") or "",
             vcpu=_number(data, "vcpu"),
@@ -86,13 +93,20 @@ class SandboxInfo:
     disk_mib: int | None = None
     paused_at: datetime | None = None
     auto_pause_after: int | None = None
+    ingress_enabled: bool | None = None
+    # Preview URLs: replace "<port>" (``Lease.preview_url`` does, and checks the result).
+    ingress_url_template: str | None = None
+    egress: tuple[str, ...] | None = None
     forked_from: str | None = None
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        rules = egress_rules(data.get("egress"))
         return cls(
             id=_str(data, "id") or "",
-            status=_str(data, "status") or "unknown",
+            # Shown in reprs and messages: a known status, or a fixed placeholder.
+            status=token(data.get("status"), STATUS) or "unknown",
             shape=_str(data, "shape"),
             rootfs=_str(data, "rootfs"),
             region=_str(data, "region"),
@@ -104,6 +118,9 @@ class SandboxInfo:
             disk_mib=_int(data, "disk_mib"),
             paused_at=_time(data, "paused_at"),
             auto_pause_after=_int(data, "auto_pause_after_seconds"),
+            ingress_enabled=_bool(data, "ingress_enabled"),
+            ingress_url_template=url_template(data.get("ingress_url_template")),
+            egress=tuple(rules) if rules is not None else None,
             forked_from=_str(data, "forked_from"),
         )
 
@@ -124,6 +141,7 @@ class ProcessInfo:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         output = data.get("output")
         output = output if isinstance(output, Mapping) else {}
         return cls(
@@ -133,7 +151,7 @@ class ProcessInfo:
             leader_exited=_bool(data, "leader_exited"),
             tree_exited=_bool(data, "tree_exited"),
             exit_code=_int(data, "exit_code"),
-            signal=_str(data, "signal"),
+            signal=token(_str(data, "signal"), SIGNAL),
             oldest_seq=_int(output, "oldest_seq"),
             newest_seq=_int(output, "newest_seq"),
         )
@@ -161,10 +179,12 @@ class Template:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Template:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         return cls(
             id=_str(data, "id") or "",
             name=_str(data, "name") or "",
-            status=_str(data, "status") or "unknown",
+            # Shown in messages and `template ls`: a known status, or a fixed placeholder.
+            status=token(data.get("status"), TEMPLATE_STATUS) or "unknown",
             base=_str(data, "base") or None,
             created_at=_time(data, "created_at"),
             built_at=_time(data, "built_at"),

@@ -14,23 +14,27 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
-from . import _api, files
+from . import _api, _sandbox, files
 from ._box import Box
 from ._command import RELEASE_LINE, SHELL, Command, Gate, unwrap
-from ._containment import DEFAULT_GRACE, terminate_confirmed
+from ._containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
 from ._deadline import Deadline
 from ._follow import Deliver, Follower
 from ._http import Stream
 from ._ndjson import Exit
 from ._output import Capture, fan_out
+from ._recovery import ServiceRecovery
 from .errors import (
     CreateosApiError,
     CreateosCleanupError,
     CreateosError,
+    LeaseClosed,
     OperationTimeout,
+    ProtocolError,
     SandboxUnavailable,
+    add_note,
     may_have_taken_effect,
 )
 from .models import ProcessInfo
@@ -54,39 +58,60 @@ def launch(
 ) -> str:
     """Stage stdin if any, create the process, and record it; return its id.
 
-    A creation whose outcome is unknown poisons the lease: a process may
-    exist that nobody can name, so the sandbox must be destroyed at close.
+    A creation whose outcome is unknown (no answer, or one without a usable
+    ``process_id``) poisons the lease: a process may exist that nobody can
+    name, so the sandbox must be destroyed at close. Once the lease closes,
+    no creation is sent (``LeaseClosed``); one sent before is waited for by
+    ``close()``, which then terminates its process.
     """
+    if box.closing.is_set():
+        raise LeaseClosed("this lease is closing: no new process may start in it")
     staged = None
     if stdin is not None:
         staged = files.scratch_path("stdin")
         files.write(box, staged, stdin, deadline)
     args = command.wrapper(gate, staged)
-    try:
-        record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
-    except BaseException as exc:
-        if not may_have_taken_effect(exc):
-            raise
-        box.table.ambiguous_creation()
-        log.error(
-            "process creation in sandbox %s failed without a clear answer: the lease is "
-            "poisoned and will destroy the sandbox when it closes",
-            box.sandbox_id,
-        )
-        if isinstance(exc, CreateosApiError):
-            raise CreateosApiError(
-                exc.operation,
-                exc.status,
-                request_id=exc.request_id,
-                outcome_unknown=True,
-                detail=f"the process may have been created; the lease is poisoned and will "
-                f"destroy sandbox {box.sandbox_id} when it closes",
-            ) from None
-        raise
-    process_id: str = record["process_id"]
-    box.table.started(process_id)
+    with box.table.creating():
+        try:
+            record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
+        except BaseException as exc:
+            if isinstance(exc, CreateosApiError) and exc.status == 409:
+                # The sandbox may have failed: that, not "HTTP 409", is what the caller must learn.
+                detail = "it can no longer start processes"
+                _sandbox.raise_if_unavailable(box.transport, box.sandbox_id, deadline, detail)
+            if not may_have_taken_effect(exc):
+                raise
+            _poison(box, exc)
+        process_id: str = record["process_id"]
+        box.table.started(process_id)
     log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
     return process_id
+
+
+def _poison(box: Box, exc: BaseException) -> NoReturn:
+    """A process creation of unknown outcome: poison the lease, and say so in the error."""
+    box.table.ambiguous_creation()
+    log.error(
+        "process creation in sandbox %s failed without a clear answer: the lease is "
+        "poisoned and will destroy the sandbox when it closes",
+        box.sandbox_id,
+    )
+    poisoned = (
+        "the process may have been created; the lease is poisoned and will destroy "
+        f"sandbox {box.sandbox_id} when it closes"
+    )
+    if isinstance(exc, CreateosApiError):
+        raise CreateosApiError(
+            exc.operation,
+            exc.status,
+            request_id=exc.request_id,
+            outcome_unknown=True,
+            detail=poisoned,
+        ) from None
+    if isinstance(exc, ProtocolError):  # an answer without a usable process id
+        raise ProtocolError(f"{exc}; {poisoned}") from None
+    add_note(exc, poisoned)
+    raise exc
 
 
 class Execution:
@@ -95,7 +120,10 @@ class Execution:
     def __init__(self, box: Box, process_id: str, deliver: Deliver, *, after: int = 0) -> None:
         self.box = box
         self.id = process_id
-        self.follower = Follower(self._connect, deliver, after=after, sleep=box.sleep)
+        recovery = ServiceRecovery(box.transport, box.sandbox_id, process_id, box.sleep)
+        self.follower = Follower(
+            self._connect, deliver, after=after, sleep=box.sleep, recovery=recovery
+        )
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
         return _api.connect_output(
@@ -118,7 +146,7 @@ class Execution:
             self.box.transport,
             self.box.sandbox_id,
             self.id,
-            deadline=self.box.cleanup_deadline(),
+            budget=CleanupTime.of(self.box.transport),
             grace=grace,
         )
         self.box.table.settle(self.id, confirmed)
@@ -153,7 +181,10 @@ def run(
 
     Whatever interrupts the run (an error, Ctrl-C) first terminates the
     process tree, then propagates. ``escalate`` is called when a second
-    Ctrl-C arrives during that termination: it destroys the sandbox.
+    Ctrl-C arrives during that termination: it destroys the sandbox. A
+    process that closing the lease terminated (from another thread) raises
+    ``LeaseClosed``, or, when the lease reached its ``max_lifetime``, ends
+    as timed out; one that exited on its own meanwhile keeps its result.
     """
     started = time.monotonic()
     deadline = Deadline.after(timeout)
@@ -165,16 +196,25 @@ def run(
         if not (box.closing.is_set() and isinstance(exc, CreateosError)):
             stop(execution, escalate)
             raise
-        exit_frame = None  # the lease was closed under this run (max_lifetime): a timeout
+        exit_frame, cut = None, True  # the lease closed under this run
     else:
+        # killed by a signal after closing began terminating it: cut short by close()
+        cut = exit_frame is not None and exit_frame.signal is not None and (
+            box.table.was_cut(process_id)
+        )
         if exit_frame is None:
             log.info("process %s timed out after %g s: terminating it", process_id, timeout)
             stop(execution, escalate)
     execution.follower.flush()
-    timed_out = exit_frame is None or box.closing.is_set()
+    if cut and not box.table.expired:
+        raise LeaseClosed(
+            f"the lease was closed while command {describe_args(command.args)} ran: closing it "
+            f"terminated process {process_id}"
+        )
+    timed_out = exit_frame is None or cut
     signal = None if exit_frame is None else exit_frame.signal
     exit_code = None if timed_out or exit_frame is None or signal else exit_frame.exit_code
-    return RunResult(
+    result = RunResult(
         args=command.args,
         exit_code=exit_code,
         stdout=capture.stdout.getvalue(),
@@ -186,6 +226,8 @@ def run(
         duration=time.monotonic() - started,
         timeout=timeout,
     )
+    execution.follower.raise_if_lost(result)
+    return result
 
 
 class LiveOutput:
@@ -311,7 +353,7 @@ class Process:
             raise self._error
         terminated = self._exit is None or self._box.closing.is_set()
         signal = None if self._exit is None else self._exit.signal
-        return RunResult(
+        result = RunResult(
             args=self.args,
             exit_code=None if terminated or signal or self._exit is None else self._exit.exit_code,
             stdout=self._capture.stdout.getvalue(),
@@ -322,6 +364,8 @@ class Process:
             truncated=self._capture.truncated,
             duration=self._duration,
         )
+        self._execution.follower.raise_if_lost(result)
+        return result
 
     def output(self) -> Iterator[tuple[str, str]]:
         """Yield ``(stream, text)`` as it arrives, until the process ends.
@@ -333,7 +377,11 @@ class Process:
         return self._live.drain()
 
     def send(self, data: str | bytes) -> None:
-        """Write to the process's stdin (1 request)."""
+        """Write ``data`` (``str`` as UTF-8, or ``bytes``) to the process's stdin (1 request).
+
+        Raises ValueError when its stdin is closed (given as ``stdin=``, or
+        ``close_stdin()`` was called).
+        """
         if not isinstance(data, (str, bytes)):
             raise TypeError("data must be str or bytes")
         if not self._stdin_open:

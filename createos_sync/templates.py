@@ -30,7 +30,7 @@ from . import _api, _retry
 from ._deadline import Deadline
 from ._http import Stream, Transport
 from ._ndjson import split_lines
-from ._server_text import scrub
+from ._server_text import REDACTED, TEMPLATE_STATUS, log_line, token
 from .errors import (
     CreateosApiError,
     Operation,
@@ -90,7 +90,7 @@ def build(
             return template
     if status == "failed":
         raise TemplateBuildError(submitted.id, name, log.tail())
-    raise ProtocolError(f"template {submitted.id} ended its build as {status[:32]!r}")
+    raise ProtocolError(f"template {submitted.id} ended its build as {status!r}")
 
 
 class BuildLog:
@@ -111,12 +111,13 @@ class BuildLog:
         self._seen.append(_fingerprint(event))
         line = _line(event)
         if self._secret:
-            line = line.replace(self._secret, "[redacted]")
-        self._tail.append(scrub(line, SHOWN_LINE))
+            line = line.replace(self._secret, REDACTED)
+        shown = log_line(line, SHOWN_LINE, secret=self._secret)
+        self._tail.append(shown)
         if self._on_log is not None:
             self._on_log(line)
         if self._echo:
-            print(scrub(line, SHOWN_LINE), file=sys.stdout, flush=True)
+            print(shown, file=sys.stdout, flush=True)
 
     def tail(self) -> list[str]:
         return list(self._tail)
@@ -180,8 +181,7 @@ class _Follower:
                 self.log.deliver(event)
                 self.budget.progressed()
             if event.get("final") is True:
-                status = event.get("status")
-                return status if isinstance(status, str) else "unknown"
+                return token(event.get("status"), TEMPLATE_STATUS) or "unknown"
         return None
 
 

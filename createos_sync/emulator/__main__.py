@@ -13,9 +13,9 @@ from types import FrameType
 from ._server import Emulator
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m createos_sync.emulator",
+        prog=prog,
         description="Serve a local CreateOS emulator until SIGINT or SIGTERM.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
@@ -29,9 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the emulator until SIGINT/SIGTERM; returns the exit status."""
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.emulator") -> int:
+    """Run the emulator until SIGINT/SIGTERM; returns the exit status.
+
+    ``prog`` is the name its help and errors show (``createos-sync emulator``
+    when the command line delegates here).
+    """
+    args = _parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
 

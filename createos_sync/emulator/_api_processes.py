@@ -12,7 +12,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from ._journal import End, Frame, OffsetExpired
+from ._journal import Aborted, End, Expired, Frame, OffsetExpired
 from ._processes import Command, ManagedProcess, StdinClosed
 from ._sandboxes import Sandbox, SandboxStore
 from ._streams import ConnectStream, ExecStream, exec_status
@@ -47,8 +47,9 @@ class ProcessApi:
         after = query_int(request, "after", 0, 1 << 62, 0)
         try:
             reader = process.journal.attach(after)
-        except OffsetExpired:
-            raise ApiError(410, "output_offset_expired") from None
+        except OffsetExpired as expired:
+            data = {"oldest_available_seq": expired.oldest_seq}
+            raise ApiError(410, "output_offset_expired", data=data) from None
         stream = ConnectStream(reader, self._heartbeat)
         return Response(stream, mimetype=NDJSON, direct_passthrough=True)
 
@@ -127,12 +128,16 @@ class ProcessApi:
         started = time.monotonic()
         output = {"stdout": bytearray(), "stderr": bytearray()}
         try:
-            while not isinstance(item := reader.next(self._heartbeat), End):
+            while not isinstance(item := reader.next(self._heartbeat), (End, Expired, Aborted)):
                 if isinstance(item, Frame):
                     output[item.stream] += item.data
         finally:
             reader.close()
             self._store.forget(sandbox_id, process.id)
+        if isinstance(item, Aborted):
+            raise ApiError(409, "the sandbox failed while the command ran")
+        if isinstance(item, Expired):  # cannot happen: attached before the start
+            raise ApiError(500, "exec output was evicted")
         code, error = exec_status(item)
         result: dict[str, Any] = {
             "exit_code": code,

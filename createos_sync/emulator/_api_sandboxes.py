@@ -1,7 +1,8 @@
-"""Endpoints for the catalog, sandbox lifecycle, egress rules and files.
+"""Endpoints for the catalog, sandbox lifecycle and settings, egress rules and files.
 
-Egress rules are stored and returned, never enforced: sandboxed commands use
-the host's network in both isolation modes.
+Egress rules (strings: host names, ``*.`` wildcards, CIDRs) are stored and
+returned, never enforced: sandboxed commands use the host's network in both
+isolation modes.
 """
 
 from __future__ import annotations
@@ -59,9 +60,7 @@ class SandboxApi:
         template = None if rootfs in ROOTFS_NAMES else self._templates.find(rootfs)
         if rootfs not in ROOTFS_NAMES and (template is None or template.status != "ready"):
             raise ApiError(400, "unknown rootfs (neither a base image nor a ready template)")
-        ingress = body.get("ingress_enabled", False)
-        if not isinstance(ingress, bool):
-            raise ApiError(400, "ingress_enabled must be a boolean")
+        ingress = _flag(body, "ingress_enabled")
         envs = text_map(body, "envs")
         spec = SandboxSpec(
             shape=shape,
@@ -72,7 +71,7 @@ class SandboxApi:
             envs={**template.env, **envs} if template is not None else envs,
             egress=_rules(body),
             auto_pause_after_seconds=integer(body, "auto_pause_after_seconds", 60, 86400, None),
-            ingress_enabled=ingress,
+            ingress_enabled=bool(ingress),
             workdir=template.workdir if template is not None else "/workspace",
             lowers=template.lowers if template is not None else (),
         )
@@ -91,6 +90,18 @@ class SandboxApi:
     def get(self, request: Request, sandbox_id: str) -> Response:
         return success(self._store.get(sandbox_id).to_json())
 
+    def whoami(self, request: Request) -> Response:
+        """The caller and its sandbox counts, as the official SDK's ``who_am_i`` reads them."""
+        statuses = [s.settle() for s in self._store.page(None, 1 << 31, 0)[0]]
+        running, paused = statuses.count("running"), statuses.count("paused")
+        stats = {
+            "running": running,
+            "paused": paused,
+            "other": len(statuses) - running - paused,
+            "total": len(statuses),
+        }
+        return success({"user_id": "emulator", "stats": stats})
+
     def delete(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.destroy(sandbox_id)
         return success({"id": sandbox.id, "status": sandbox.settle()})
@@ -103,16 +114,33 @@ class SandboxApi:
 
     def fork(self, request: Request, sandbox_id: str) -> Response:
         body = json_body(request, optional=True)
-        flags = {key: body.get(key) for key in ("start_paused", "ingress_enabled")}
-        if any(value is not None and not isinstance(value, bool) for value in flags.values()):
-            raise ApiError(400, "start_paused and ingress_enabled must be booleans")
         changes = ForkChanges(
-            start_paused=bool(flags["start_paused"]),
+            start_paused=bool(_flag(body, "start_paused")),
             egress=_rules(body) if body.get("egress") is not None else None,
             envs=text_map(body, "envs"),
-            ingress_enabled=flags["ingress_enabled"],
+            ingress_enabled=_flag(body, "ingress_enabled"),
         )
         return success(self._store.fork(sandbox_id, changes).to_json(), 201)
+
+    def patch(self, request: Request, sandbox_id: str) -> Response:
+        """Change ingress and auto-pause of a live sandbox; answers the sandbox."""
+        body = json_body(request)
+        changes: dict[str, Any] = {}
+        ingress = _flag(body, "ingress_enabled")
+        if ingress is not None:
+            changes["ingress_enabled"] = ingress
+        seconds = integer(body, "auto_pause_after_seconds", 60, 86400, None)
+        disable = _flag(body, "disable_auto_pause")
+        if seconds is not None and disable:
+            raise ApiError(400, "give auto_pause_after_seconds or disable_auto_pause, not both")
+        if seconds is not None or disable:
+            changes["auto_pause_after_seconds"] = seconds
+        if not changes:
+            raise ApiError(
+                400, "nothing to change: ingress_enabled, auto_pause_after_seconds, "
+                "disable_auto_pause"
+            )  # fmt: skip
+        return success(self._store.configure(sandbox_id, **changes).to_json())
 
     def egress(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.live(sandbox_id)
@@ -153,13 +181,23 @@ def _page(items: list[Any], total: int, limit: int, offset: int) -> dict[str, An
     return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset}}
 
 
-def _rules(body: dict[str, Any]) -> list[Any]:
+def _rules(body: dict[str, Any]) -> list[str]:
     rules = body.get("egress")
     if rules is None:
         return []
-    if not isinstance(rules, list):
-        raise ApiError(400, "egress must be a list of rules")
+    if not isinstance(rules, list) or not all(
+        isinstance(r, str) and r and not any(c.isspace() or not c.isprintable() for c in r)
+        for r in rules
+    ):
+        raise ApiError(400, "egress must be a list of rule strings (hosts, *.wildcards, CIDRs)")
     return rules
+
+
+def _flag(body: dict[str, Any], key: str) -> bool | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(400, f"{key} must be a boolean")
+    return value
 
 
 def _path_arg(request: Request) -> str:

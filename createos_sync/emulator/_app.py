@@ -1,5 +1,8 @@
 """The WSGI application: routing, rate limit, authentication, faults, request log.
 
+Paths under ``/_ingress/`` are preview URLs, handed to the ingress proxy
+before any of that (``_ingress``).
+
 Every request goes through the same steps, in the service's order: route
 (one operation name per endpoint), rate limit per client address, API key,
 then either a scripted fault or the real handler. The admin endpoints under
@@ -28,6 +31,8 @@ from ._api_processes import ProcessApi
 from ._api_sandboxes import SandboxApi
 from ._api_templates import TemplateApi
 from ._faults import Fault, FaultQueue, fault_from_json
+from ._ingress import PREFIX as INGRESS_PREFIX
+from ._ingress import IngressProxy
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import SandboxStore
@@ -44,10 +49,12 @@ ROUTES = (
     ("/v1/healthz", "GET", "healthz"),
     ("/v1/shapes", "GET", "shapes"),
     ("/v1/rootfs", "GET", "rootfs"),
+    ("/v1/whoami", "GET", "whoami"),
     ("/v1/sandboxes", "POST", "sandbox.create"),
     ("/v1/sandboxes", "GET", "sandbox.list"),
     (SB, "GET", "sandbox.get"),
     (SB, "DELETE", "sandbox.delete"),
+    (SB, "PATCH", "sandbox.patch"),
     (f"{SB}/pause", "POST", "sandbox.pause"),
     (f"{SB}/resume", "POST", "sandbox.resume"),
     (f"{SB}/fork", "POST", "sandbox.fork"),
@@ -128,6 +135,7 @@ class App:
         self._limiter = limiter
         self._requests = requests
         self._map = _route_map()
+        self._ingress = IngressProxy(store)
         sandboxes = SandboxApi(store, templates)
         processes = ProcessApi(store, heartbeat)
         builds = TemplateApi(templates, heartbeat)
@@ -136,10 +144,12 @@ class App:
             "healthz": sandboxes.healthz,
             "shapes": sandboxes.shapes,
             "rootfs": sandboxes.rootfs,
+            "whoami": sandboxes.whoami,
             "sandbox.create": sandboxes.create,
             "sandbox.list": sandboxes.list,
             "sandbox.get": sandboxes.get,
             "sandbox.delete": sandboxes.delete,
+            "sandbox.patch": sandboxes.patch,
             "sandbox.pause": sandboxes.pause,
             "sandbox.resume": sandboxes.resume,
             "sandbox.fork": sandboxes.fork,
@@ -168,6 +178,8 @@ class App:
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "").startswith(INGRESS_PREFIX):
+            return self._ingress(environ, start_response)  # preview URLs: not the API
         request = Request(environ)
         response = self._dispatch(request)
         response.headers["X-Request-Id"] = f"req-{secrets.token_hex(6)}"
@@ -233,16 +245,21 @@ class App:
                 return Response(fault.body, mimetype=mimetype or "application/json")
             assert fault.status is not None
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
-            return failure(ApiError(fault.status, "scripted fault", headers=headers))
+            error = ApiError(fault.status, fault.message, headers=headers, envelope=fault.envelope)
+            return failure(error)
         if fault.tree_exited_false:
             response = self._delete_process(request, **args, confirm=False, kill=fault.kill)
         else:
             response = handler(request, **args)
         time.sleep(fault.delay)
+        stream: Iterable[bytes] = response.response  # type: ignore[assignment]
+        body: Iterable[bytes] | None = None
         if fault.drop_after_frames is not None and response.status_code == 200:
-            stream: Iterable[bytes] = response.response  # type: ignore[assignment]
             counted = _is_event if operation == "template.logs" else _is_frame
             body = _DropAfter(stream, fault.drop_after_frames, request, counted)
+        elif fault.trickle:
+            body = _Trickle(stream, fault.trickle)
+        if body is not None:
             response = Response(body, status=response.status_code, headers=response.headers,
                                 direct_passthrough=True)  # fmt: skip
         return response
@@ -313,6 +330,26 @@ class _DropAfter:
                 return
             sent += counts
             yield line
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
+
+
+class _Trickle:
+    """A body sent one byte at a time, ``interval`` seconds apart (a slow or hostile link)."""
+
+    def __init__(self, body: Iterable[bytes], interval: float) -> None:
+        self._body = body
+        self._interval = interval
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b""  # the status line and headers go at once
+        for chunk in self._body:
+            for i in range(len(chunk)):
+                time.sleep(self._interval)
+                yield chunk[i : i + 1]
 
     def close(self) -> None:
         close = getattr(self._body, "close", None)

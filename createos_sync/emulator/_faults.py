@@ -15,8 +15,8 @@ from typing import Any
 
 OPERATIONS = frozenset(
     {
-        "healthz", "shapes", "rootfs",
-        "sandbox.create", "sandbox.list", "sandbox.get", "sandbox.delete",
+        "healthz", "shapes", "rootfs", "whoami",
+        "sandbox.create", "sandbox.list", "sandbox.get", "sandbox.delete", "sandbox.patch",
         "sandbox.pause", "sandbox.resume", "sandbox.fork", "sandbox.egress",
         "file.write", "file.read", "exec",
         "process.create", "process.list", "process.get", "process.connect",
@@ -33,11 +33,15 @@ class Fault:
     """One scripted misbehaviour; construction validates the combination.
 
     ``status``, ``drop`` and ``body`` replace the answer (``perform`` carries
-    out the real action first); ``delay`` stalls before answering;
-    ``drop_after_frames`` cuts a ``process.connect`` stream after that many
-    data frames (a ``template.logs`` stream after that many log events);
-    ``tree_exited_false`` makes ``process.delete`` answer
-    ``tree_exited: false``, leaving the tree running when ``kill`` is False.
+    out the real action first; never with 429 or 503, which say the request
+    was not processed); a ``status`` answer carries ``message`` in a ``fail``
+    or ``error`` ``envelope`` (by default ``fail`` for 4xx, ``error`` for 5xx);
+    ``delay`` stalls before answering; ``trickle`` sends the real answer's
+    body one byte at a time, that many seconds apart; ``drop_after_frames``
+    cuts a ``process.connect`` stream after that many data frames (a
+    ``template.logs`` stream after that many log events);
+    ``tree_exited_false`` makes ``process.delete`` answer ``tree_exited:
+    false``, leaving the tree running when ``kill`` is False.
     """
 
     operation: str
@@ -51,6 +55,9 @@ class Fault:
     tree_exited_false: bool = False
     kill: bool = True
     body: bytes | None = None
+    message: str = "scripted fault"
+    envelope: str | None = None
+    trickle: float = 0.0
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -59,7 +66,9 @@ class Fault:
 
     def _problem(self) -> str | None:
         replacements = sum((self.status is not None, self.drop, self.body is not None))
-        stream_change = self.drop_after_frames is not None or self.tree_exited_false
+        stream_change = (
+            self.drop_after_frames is not None or self.tree_exited_false or self.trickle != 0
+        )
         if self.operation not in OPERATIONS:
             return "unknown operation"
         if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
@@ -72,6 +81,16 @@ class Fault:
             return "status, drop and body exclude each other"
         if self.perform and self.status is None and not self.drop:
             return "perform needs status or drop"
+        if self.perform and self.status in (429, 503):
+            return "429 and 503 mean the request was not processed: they exclude perform"
+        if not isinstance(self.message, str) or self.envelope not in (None, "fail", "error"):
+            return "message must be a str and envelope 'fail' or 'error'"
+        if self.envelope is not None and self.status is None:
+            return "envelope needs status"
+        if not isinstance(self.trickle, (int, float)) or not (
+            math.isfinite(self.trickle) and self.trickle >= 0
+        ):
+            return "trickle must be a finite number of seconds >= 0"
         if not isinstance(self.delay, (int, float)) or not (
             math.isfinite(self.delay) and self.delay >= 0
         ):
@@ -87,7 +106,7 @@ class Fault:
         if not self.kill and not self.tree_exited_false:
             return "kill=False needs tree_exited_false"
         if stream_change and replacements:
-            return "drop_after_frames / tree_exited_false exclude status, drop and body"
+            return "drop_after_frames / tree_exited_false / trickle exclude status, drop and body"
         if not (replacements or stream_change or self.delay > 0):
             return "the fault does nothing"
         return None

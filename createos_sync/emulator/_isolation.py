@@ -5,23 +5,31 @@ the sandbox's storage at ``/workspace``, ``/tmp`` and ``/home/user``, fresh
 ``/dev`` and ``/proc``, and a PID namespace, so that a command sees the same
 paths as on the service and its whole tree can be found and killed. The
 network is the host's. When this interpreter is visible inside that root,
-``_reporter`` runs as the namespace's PID 1 so that the command's exact wait
-status (signal or exit code) reaches the emulator.
+``_reporter`` (bind-mounted as a file) runs as the namespace's PID 1 so that
+the command's exact wait status (signal or exit code) reaches the emulator.
 
 Where overlayfs works (``_layers``, probed at start), the root and the
 system directories are a writable layer instead of read-only binds: what a
 command writes anywhere is kept in the sandbox's storage, forks copy it, and
 templates are made of it. Without it they stay read-only, as before.
 
-Plain mode only moves the working directory, HOME and TMPDIR into the
-sandbox's storage: a command that names ``/workspace`` reaches the HOST's
-``/workspace``, and one that writes elsewhere writes on the host.
+Plain mode (no bubblewrap) runs the command under ``_reporter --subreaper``,
+which keeps every descendant in the tree and reports the exact wait status.
+It moves the working directory, HOME and TMPDIR into the sandbox's storage,
+and rewrites the sandbox paths ``/workspace``, ``/tmp`` and ``/home/user``
+where they appear in the command's arguments, working directory and
+environment values, so that ``cat /workspace/in.txt`` reads what the files
+API wrote. What it gives up: a path that a program builds or reads at run
+time (from a file, from ``$PWD``...) still means the host's, and ``/tmp``
+written inside a script's own data is the host's ``/tmp``. It never touches
+the host's own ``/workspace``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +49,13 @@ SYSTEM_DIRS = (
     "/etc", "/opt", "/root", "/var", "/srv",
 )  # fmt: skip
 PROBE_TIMEOUT = 10.0
-REPORTER = (Path(__file__).parent / "_reporter.py").read_text()
+# The reporter runs from its file (``ps`` then shows the user's command, not its source);
+# bubblewrap mounts that file at REPORTER_MOUNT.
+REPORTER = str(Path(__file__).resolve().with_name("_reporter.py"))
+REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
+# A sandbox path at the start of a word: not part of a longer path or name.
+SANDBOX_PATH = re.compile(r"(?<![\w.~/-])(/workspace|/home/user|/tmp)(?![\w.-])")
+SHELL_SAFE = re.compile(r"[\w./-]+")
 
 
 @dataclass(frozen=True)
@@ -54,10 +68,11 @@ class Launch:
 
 
 class NoIsolation:
-    """Plain child processes whose cwd, HOME and TMPDIR live in the storage."""
+    """Plain child processes under a subreaper; sandbox paths rewritten into the storage."""
 
     name = "none"
-    reports_status = False
+    reports_status = True
+    namespaced = False
     overlays = None  # plain processes write on the host: no layer of their own
 
     def launch(
@@ -68,13 +83,19 @@ class NoIsolation:
         env: dict[str, str],
         status_fds: tuple[int, int] | None,
     ) -> Launch:
+        if status_fds is None:
+            raise ValueError("plain mode needs a status pipe for its subreaper")
         base = {
             "PATH": BASE_PATH,
             "HOME": str(storage.dir("/home/user")),
             "TMPDIR": str(storage.dir("/tmp")),
             "LANG": "C.UTF-8",
         }
-        return Launch(argv, storage.view(cwd), {**base, **env})
+        mapped = {k: _sandbox_paths(v, storage) for k, v in env.items()}
+        helper = [sys.executable, "-I", "-S", REPORTER, "--subreaper", str(os.getpid())]
+        command = [_sandbox_paths(word, storage) for word in argv]
+        argv = [*helper, str(status_fds[1]), *command]
+        return Launch(argv, storage.view(cwd), {**base, **mapped})
 
     def prepare(self, storage: Storage, *, wait: bool = False) -> None:
         """Nothing is mounted for a plain sandbox."""
@@ -86,11 +107,33 @@ class NoIsolation:
         """Nothing to unmount."""
 
 
+def _sandbox_paths(text: str, storage: Storage) -> str:
+    """``text`` with each sandbox path in it replaced by its storage directory on the host.
+
+    Only when every storage directory is made of characters that need no
+    quoting in a shell script (true of the emulator's own temporary root).
+    """
+    dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
+    if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
+        return text
+    # A host path of the emulator's storage (what `pwd` shows, given back) stays as it is,
+    # although it may start with /tmp.
+    storage_root = f"{storage.root.parent}/"
+
+    def mapped(match: re.Match[str]) -> str:
+        if text.startswith(storage_root, match.start()):
+            return match.group(0)
+        return dirs[match.group(1)]
+
+    return SANDBOX_PATH.sub(mapped, text)
+
+
 class Bubblewrap:
     """Each command in its own bubblewrap PID namespace over the sandbox's storage."""
 
     name = "bwrap"
     reports_status = True
+    namespaced = True
 
     @property
     def reports_wait_status(self) -> bool:
@@ -138,8 +181,8 @@ class Bubblewrap:
         if self._python is not None and status_fds is not None:
             # bubblewrap closes its status fd in the sandbox: the reporter
             # writes to a second descriptor of the same pipe.
-            reporter = [self._python, "-I", "-S", "-c", REPORTER, str(status_fds[1])]
-            cmd += ["--as-pid-1", "--", *reporter, *argv]
+            reporter = [self._python, "-I", "-S", REPORTER_MOUNT, str(status_fds[1])]
+            cmd += ["--ro-bind", REPORTER, REPORTER_MOUNT, "--as-pid-1", "--", *reporter, *argv]
         else:
             cmd += ["--", *argv]
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
@@ -223,7 +266,8 @@ def choose(mode: str) -> Isolation:
             raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
         log.warning("bubblewrap is unavailable or does not work here: falling back to none")
     log.warning(
-        "emulator processes run WITHOUT isolation: commands see the host file system, "
-        "and absolute paths such as /workspace refer to the host"
+        "emulator processes run WITHOUT isolation: commands see the host file system; "
+        "only the paths /workspace, /tmp and /home/user written in a command are mapped "
+        "into the sandbox"
     )
     return NoIsolation()

@@ -2,9 +2,14 @@
 
 The leader runs in a new session with three pipes. Two pump threads move its
 stdout and stderr into the output journal (see ``_journal``); a waiter thread
-reaps the leader and then closes the journal with the exit status once the
-pipes are drained: at EOF, or, when a background process keeps a pipe open,
-once the pipe has been found empty ``LINGER`` seconds after the leader exited.
+waits for the command's end and then closes the journal with the exit status
+once the pipes are drained: at EOF, or, when a background process keeps a
+pipe open, once the pipe has been found empty ``LINGER`` seconds after the
+command ended.
+
+Without isolation the leader is ``_reporter --subreaper``, which runs the
+command as its child, reports its exact wait status on the status pipe (the
+command's end), and adopts every orphan of the tree until the last one ends.
 
 Exit status under bubblewrap: the status reporter (``_reporter``) gives the
 command's exact wait status. When it cannot run, or was killed before it
@@ -31,7 +36,7 @@ from typing import Any
 
 from ._isolation import Isolation
 from ._journal import Journal
-from ._proctree import NamespaceTree, ProcessTree, SessionTree, read_stat
+from ._proctree import NamespaceTree, ProcessTree, SubreaperTree, read_stat
 from ._storage import Storage
 from ._wire import timestamp
 
@@ -98,7 +103,8 @@ class ManagedProcess:
         status_r, status_fds = None, None
         if isolation.reports_status:
             status_r, status_w = os.pipe()
-            status_fds = (status_w, os.dup(status_w))
+            # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
+            status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
         launch = isolation.launch(storage, [c.cmd, *c.args], c.cwd, c.env, status_fds)
         try:
@@ -119,12 +125,12 @@ class ManagedProcess:
             self._fail(exc)
             return
         finally:
-            for fd in (in_r, out_w, err_w, *(status_fds or ())):
+            for fd in (in_r, out_w, err_w, *set(status_fds or ())):
                 os.close(fd)
         self._pid = popen.pid
         self._stdin = in_w
         status = None if status_r is None else _StatusPipe(status_r)
-        self._tree = self._make_tree(popen.pid, status)
+        self._tree = self._make_tree(popen.pid, status, namespaced=isolation.namespaced)
         with self._lock:
             self._state = "running"
         drained = [threading.Event(), threading.Event()]
@@ -135,11 +141,13 @@ class ManagedProcess:
     def _thread(self, target: Callable[..., None], *args: object) -> None:
         threading.Thread(target=target, args=args, name=f"emulator-{self.id}", daemon=True).start()
 
-    def _make_tree(self, pid: int, status_pipe: _StatusPipe | None) -> ProcessTree:
+    def _make_tree(
+        self, pid: int, status_pipe: _StatusPipe | None, *, namespaced: bool
+    ) -> ProcessTree:
         leader = read_stat(pid)
         start = leader.start_time if leader is not None else -1
-        if status_pipe is None:
-            return SessionTree(pid, start)
+        if status_pipe is None or not namespaced:
+            return SubreaperTree(pid, start)
         self._namespaced = True
         status = status_pipe.until("child-pid")
         init = status.get("child-pid")
@@ -189,11 +197,22 @@ class ManagedProcess:
         drained: list[threading.Event],
         status_pipe: _StatusPipe | None,
     ) -> None:
-        returncode = popen.wait()
+        if status_pipe is not None and not self._namespaced:
+            # The subreaper reports the command's end, then stays while orphans live on.
+            status = status_pipe.until("wait-status")
+            status_pipe.close()
+            if isinstance(self._tree, SubreaperTree):
+                self._tree.command_ended()
+        else:
+            popen.wait()
+            status = {} if status_pipe is None else status_pipe.rest()
         finished = time.time()
         self._leader_exit = time.monotonic()
-        status = {} if status_pipe is None else status_pipe.rest()
-        exit_code, sig = self._decode(returncode, status.get("wait-status"))
+        wait_status = status.get("wait-status")
+        if isinstance(wait_status, int):
+            exit_code, sig = self._decode(0, wait_status)
+        else:  # no report (the reporter could not run, or died): the leader's status it is
+            exit_code, sig = self._decode(popen.wait(), None)
         for event in drained:
             event.wait()
         self.journal.finish(exit_code, sig)
@@ -204,6 +223,7 @@ class ManagedProcess:
             self._signal = sig
         self._close_stdin_quietly()
         self._done.set()
+        popen.wait()  # reap the subreaper once the last process of the tree has ended
 
     def _decode(self, returncode: int, wait_status: Any) -> tuple[int | None, str | None]:
         if isinstance(wait_status, int):
@@ -341,6 +361,11 @@ class ManagedProcess:
             time.sleep(0.05)
         return True
 
+    def abort(self) -> None:
+        """The sandbox failed: the tree dies, and its streams end without an exit frame."""
+        self.journal.abort()
+        self.stop()
+
     def stop(self) -> None:
         """Kill the tree and release every thread and pipe (destroy, shutdown)."""
         self.kill()
@@ -362,6 +387,9 @@ class _StatusPipe:
         while key not in self._seen and self._read():
             pass
         return dict(self._seen)
+
+    def close(self) -> None:
+        os.close(self._fd)
 
     def rest(self) -> dict[str, Any]:
         """After bubblewrap exited: whatever else is in the pipe, then close it."""

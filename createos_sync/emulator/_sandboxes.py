@@ -5,7 +5,9 @@ effect at once on the processes and files (pause really SIGSTOPs every
 process, destroy kills them and removes the storage), while the reported
 status reaches its target only after ``transition_delay``, as on the service.
 Idle sandboxes with ``auto_pause_after_seconds`` are paused by a background
-ticker; idle means no API request for that sandbox and no attached stream.
+ticker; idle means no API request for that sandbox, no attached stream and
+no open exchange through its preview URLs. ``configure`` (the PATCH
+endpoint) changes ingress and auto-pause on a live sandbox.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class SandboxSpec:
     name: str | None
     disk_mib: int
     envs: dict[str, str]
-    egress: list[Any]
+    egress: list[str]
     auto_pause_after_seconds: int | None
     ingress_enabled: bool
     workdir: str = "/workspace"  # a template's WORKDIR: where commands start by default
@@ -77,7 +79,9 @@ class Sandbox:
     paused_at: float | None = None
     spawn_ms: int = 0
     last_active: float = field(default_factory=time.monotonic)
-    egress: list[Any] = field(default_factory=list)
+    ingress_exchanges: int = 0  # open requests through the preview proxy
+    ingress_url_template: str = ""
+    egress: list[str] = field(default_factory=list)
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -110,6 +114,8 @@ class Sandbox:
             "egress": self.egress,
             "region": spec.region,
             "ingress_enabled": spec.ingress_enabled,
+            # Given whether ingress is on or off, as a client must check ingress_enabled itself.
+            "ingress_url_template": self.ingress_url_template,
             "created_at": timestamp(self.created_at),
             "paused_at": timestamp(self.paused_at) if status == "paused" else None,
             "auto_pause_after_seconds": spec.auto_pause_after_seconds,
@@ -117,7 +123,9 @@ class Sandbox:
         }
 
     def idle_for(self, now: float) -> float:
-        streaming = any(p.journal.readers() for p in list(self.processes.values()))
+        streaming = self.ingress_exchanges > 0 or any(
+            p.journal.readers() for p in list(self.processes.values())
+        )
         return 0.0 if streaming else now - self.last_active
 
 
@@ -141,6 +149,8 @@ class SandboxStore:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, Sandbox] = {}
         self._counter = itertools.count(2)
+        # Set by the server once its address is known: preview URLs live under it.
+        self.ingress_base = ""
         self._closed = threading.Event()
         # bubblewrap's --die-with-parent fires when the THREAD that spawned it
         # ends, so every process is spawned by this one long-lived thread
@@ -229,6 +239,7 @@ class SandboxStore:
             target=None,
             spawn_ms=round(self._delay * 1000),
             egress=list(spec.egress),
+            ingress_url_template=f"{self.ingress_base}{sandbox_id}/<port>/",
         )
         sandbox.begin("creating", "running", self._delay)
         return sandbox
@@ -260,6 +271,13 @@ class SandboxStore:
             sandbox.begin("resuming", "running", self._delay)
         return sandbox
 
+    def configure(self, sandbox_id: str, **changes: Any) -> Sandbox:
+        """Change settings of a live sandbox (``ingress_enabled``, ``auto_pause_after_seconds``)."""
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            sandbox.spec = replace(sandbox.spec, **changes)
+        return sandbox
+
     def destroy(self, sandbox_id: str) -> Sandbox:
         sandbox = self.live(sandbox_id)
         with sandbox.lock:
@@ -269,6 +287,17 @@ class SandboxStore:
             process.stop()
         self.isolation.release(sandbox.storage)
         sandbox.storage.remove()
+        return sandbox
+
+    def fail(self, sandbox_id: str, status: str) -> Sandbox:
+        """The sandbox breaks down (``failed`` or ``error``): its processes die with it,
+        and their output streams end without an exit frame, as a dead VM's would."""
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            sandbox.status, sandbox.target = status, None
+            processes = list(sandbox.processes.values())
+        for process in processes:
+            process.abort()
         return sandbox
 
     # -- processes ---------------------------------------------------------

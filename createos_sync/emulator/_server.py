@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from ._app import App
 from ._faults import FaultQueue
 from ._http import Connections, serve
+from ._ingress import PREFIX as INGRESS_PREFIX
 from ._isolation import choose
+from ._janitor import Janitor
 from ._layers import remove_tree
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
@@ -89,6 +91,7 @@ class Emulator:
         self._connections: Connections | None = None
         self._thread: threading.Thread | None = None
         self._temp_root: str | None = None
+        self._janitor: Janitor | None = None
         self.url = ""
         self.isolation = ""
 
@@ -101,6 +104,7 @@ class Emulator:
         isolation = choose(self._isolation_mode)
         if self._root_dir is None:
             self._temp_root = tempfile.mkdtemp(prefix="createos-emulator-")
+            self._janitor = Janitor(self._temp_root)  # removes it even after kill -9
             root = Path(self._temp_root)
         else:
             root = self._root_dir
@@ -127,12 +131,14 @@ class Emulator:
         try:
             self._server, self._connections = serve(self._host, self._port, app)
         except BaseException:
+            self._templates.close()
             self._store.close()
             self._remove_temp_root()
             raise
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
         self.url = f"http://{shown}:{port}"
+        self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
         self.isolation = isolation.name
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -163,6 +169,9 @@ class Emulator:
         if self._temp_root is not None:
             remove_tree(Path(self._temp_root))  # overlay work dirs need their mode fixed
             self._temp_root = None
+        if self._janitor is not None:
+            self._janitor.release()
+            self._janitor = None
 
     def __enter__(self) -> Emulator:
         return self.start()
@@ -197,6 +206,20 @@ class Emulator:
     def live_processes(self) -> list[LiveProcess]:
         """Processes whose tree still has a running OS process (asks the kernel)."""
         return self._require_store().live_processes()
+
+    def fail_sandbox(self, sandbox_id: str, status: str = "failed") -> None:
+        """Make a sandbox break down as a failing VM would (``failed`` or ``error``).
+
+        Its processes are killed, their output streams end without an exit
+        frame, and it answers with that status from now on (creating a
+        process: 409). It can still be destroyed.
+        """
+        if status not in ("failed", "error"):
+            raise ValueError("status must be 'failed' or 'error'")
+        try:
+            self._require_store().fail(sandbox_id, status)
+        except ApiError:
+            raise KeyError(sandbox_id) from None
 
     def sandbox_path(self, sandbox_id: str, path: str) -> Path:
         """The host path where ``path`` of that sandbox is stored."""

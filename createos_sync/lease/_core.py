@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import html
 import logging
-import secrets
 import threading
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import _fork, _registry, _sandbox
+from .. import _journal, _registry, _sandbox, _shield
 from .._box import Box
-from .._containment import terminate_unfinished
+from .._containment import CleanupTime, terminate_unfinished
 from .._deadline import Deadline
-from .._journal import Entry, Journal
+from .._journal import Journal
 from .._options import LeaseOptions, OnExit
 from ..errors import (
     CreateosCleanupError,
@@ -28,8 +27,10 @@ from ..errors import (
     SandboxUnavailable,
     add_note,
     attach_cleanup_failure,
+    is_cleanup_error,
 )
 from ..models import SandboxInfo
+from ._making import Record, make
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -53,14 +54,19 @@ class LeaseCore:
         self._client = client
         self._options = options
         self._owns_client = owns_client
-        self._journal = journal if journal is not None else Journal()
+        # The record that lets a crashed program's sandbox be found: off only when asked.
+        self._record = Record(
+            (journal if journal is not None else Journal())
+            if options.journal and _journal.enabled()
+            else None
+        )
         self._on_exit: OnExit = options.effective_on_exit
         self._lock = threading.RLock()
         self._state = "new"  # new -> opening -> open -> closing -> closed
         self._closed_event = threading.Event()
         self._box: Box | None = None
         self._info: SandboxInfo | None = None
-        self._journal_name: str | None = None
+        self._abandoned: CreateosCleanupError | None = None
         self._timer: threading.Timer | None = None
         self._expired = False
         self._pending_failure: CreateosCleanupError | None = None
@@ -100,34 +106,61 @@ class LeaseCore:
 
         If anything fails once a sandbox was created, the sandbox is destroyed
         before the error propagates; if that destroy fails too, the error is
-        ``CreateosCleanupError`` naming the sandbox.
+        ``CreateosCleanupError`` naming the sandbox. The same holds for
+        Ctrl-C: an interrupt during ``open()`` destroys what it created, and a
+        second one that cuts that short leaves a note naming the sandbox on
+        the ``KeyboardInterrupt`` (and the sandbox in the lease journal). A
+        ``close()`` from another thread meanwhile wins: ``open()`` destroys
+        what it created and raises ``LeaseClosed``.
+
+        The sandbox is recorded in the lease journal before it is asked for:
+        if the journal cannot be written, nothing is created (``ConfigError``)
+        unless the lease was made with ``journal=False`` (or
+        ``CREATEOS_SYNC_JOURNAL=off``).
 
         Raises:
-            LeaseClosed: the lease was already closed.
+            LeaseClosed: the lease was already closed, or was closed meanwhile.
+            ConfigError: the lease journal cannot be written.
             CreateosApiError, OperationTimeout, SandboxUnavailable: opening failed.
             CreateosCleanupError: opening failed and the sandbox could not be destroyed.
         """
-        with self._lock:
-            if self._state == "open":
-                return self
-            if self._state != "new":
-                raise LeaseClosed("this lease is closed; leases cannot be reopened")
-            self._state = "opening"
+        # Interrupts wait while the bookkeeping runs, and act at once during requests
+        # and waits (see _shield): none can land between a sandbox and its record.
+        with _shield.held():
+            with self._lock:
+                if self._state == "open":
+                    return self
+                if self._state == "opening":
+                    raise LeaseClosed("this lease is being opened by another thread")
+                if self._state != "new":
+                    raise LeaseClosed("this lease is closed; leases cannot be reopened")
+                self._state = "opening"
+            try:
+                self._become_open(self._obtain(Deadline.after(self._command_timeout())))
+                with _shield.delivered():
+                    pass  # an interrupt held during the bookkeeping lands here, and undoes it
+            except BaseException as exc:
+                failure = self._abandon(exc)
+                if failure is not None:
+                    raise failure from exc
+                raise
+        return self
+
+    def _obtain(self, deadline: Deadline) -> SandboxInfo:
         transport = self._client.transport
-        deadline = Deadline.after(self._command_timeout())
-        try:
-            if self._options.sandbox_id is not None:
-                info = _sandbox.ensure_running(
+        if self._options.sandbox_id is not None:
+            with _shield.delivered():
+                return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-            else:  # a creation or a fork: the same journal and cleanup rules
-                info = self._create(deadline)
-        except BaseException:
-            self._finish_close()
-            raise
+        return make(self._client, self._options, self._record, deadline)
+
+    def _become_open(self, info: SandboxInfo) -> None:
         with self._lock:
+            if self._state != "opening":  # close() was called meanwhile: it wins
+                raise LeaseClosed("the lease was closed while it was opening")
             self._info = info
-            self._box = Box(transport, info.id, sleep=self._client.sleep)
+            self._box = Box(self._client.transport, info.id, sleep=self._client.sleep)
             self._state = "open"
             self._opened_at = time.monotonic()
         _registry.add(self)
@@ -136,69 +169,82 @@ class LeaseCore:
             self._timer.daemon = True
             self._timer.start()
         log.info("lease open on sandbox %s (%s)", info.id, info.status)
-        return self
 
-    def _create(self, deadline: Deadline) -> SandboxInfo:
-        transport = self._client.transport
-        token = secrets.token_hex(6)
-        prefix = self._options.name or "createos-sync"
-        name = f"{prefix}-{token}"
-        source = self._options.fork_from
-        self._journal.add(Entry(name=name, base_url=transport.config.base_url, fork_from=source))
-        self._journal_name = name
+    def _abandon(self, exc: BaseException) -> CreateosCleanupError | None:
+        """``open()`` failed: destroy what it created, close the lease; a failure to raise.
+
+        An interrupt raised from here (it cut the destroy short) carries a note
+        naming the sandbox, which the journal keeps.
+        """
+        sandbox_id = self._record.made_id
         try:
-            info = self._request_sandbox(name, deadline)
-        except CreateosCleanupError:
-            raise  # a sandbox may exist: the journal entry stays for `createos-sync reap`
-        except BaseException:
-            self._forget_journal()  # refused, or found and destroyed: nothing is left
-            raise
-        self._journal.set_sandbox(name, info.id)
-        log.info("created sandbox %s (%s)", info.id, name)
+            if sandbox_id is None:
+                if not is_cleanup_error(exc):  # nothing was created, or it was found and destroyed
+                    self._forget_journal()
+                return None  # else a sandbox may exist: the error says so, the journal keeps it
+            failure = self._destroy_made(sandbox_id)
+            if failure is None:
+                return None
+            self._abandoned = failure
+            if isinstance(exc, Exception):
+                return failure
+            attach_cleanup_failure(exc, failure)  # KeyboardInterrupt stays what it is
+            return None
+        finally:
+            self._finish_close()
+
+    def _destroy_made(self, sandbox_id: str) -> CreateosCleanupError | None:
         try:
-            if self._options.start_paused:
-                return _fork.settle_paused(transport, info, deadline, self._client.sleep)
-            return _sandbox.ensure_running(transport, info.id, deadline, self._client.sleep, info)
-        except BaseException as exc:
-            if _sandbox.destroy(transport, info.id, self._cleanup_deadline()):
-                self._journal.remove(name)
-                raise
-            failure = CreateosCleanupError(
-                f"opening the lease failed after sandbox {info.id} was created, and "
-                "destroying the sandbox failed: it may still be running",
-                sandbox_id=info.id,
-                sandbox_destroyed=False,
+            with _shield.delivered():
+                destroyed = _sandbox.destroy(
+                    self._client.transport, sandbox_id, self._cleanup_deadline()
+                )
+        except BaseException as second:
+            kept = (
+                "the lease journal keeps it for `createos-sync reap`"
+                if self._record.journal
+                else f"destroy it with `createos-sync destroy {sandbox_id}`"
             )
-            if not isinstance(exc, Exception):  # KeyboardInterrupt stays what it is
-                attach_cleanup_failure(exc, failure)
-                raise
-            raise failure from exc
-
-    def _request_sandbox(self, name: str, deadline: Deadline) -> SandboxInfo:
-        """Ask for a new sandbox, or for a fork (``_fork``); each recovers a lost answer."""
-        transport, cleanup = self._client.transport, self._cleanup_deadline()
-        source = self._options.fork_from
-        if source is None:
-            body = {**self._options.creation_body(), "name": name}
-            return _sandbox.create(transport, body, deadline=deadline, cleanup_deadline=cleanup)
-        return _fork.fork(
-            transport,
-            source,
-            self._options.fork_body(),
-            name=name,
-            journal=self._journal,
-            deadline=deadline,
-            cleanup_deadline=cleanup,
-            sleep=self._client.sleep,
+            attach_cleanup_failure(
+                second,
+                CreateosCleanupError(
+                    f"interrupted while destroying sandbox {sandbox_id} after opening the lease "
+                    f"failed: it may still be running ({kept})",
+                    sandbox_id=sandbox_id,
+                    sandbox_destroyed=None,
+                ),
+            )
+            raise
+        if destroyed:
+            self._forget_journal()
+            return None
+        return CreateosCleanupError(
+            f"opening the lease failed after sandbox {sandbox_id} was created, and "
+            "destroying the sandbox failed: it may still be running",
+            sandbox_id=sandbox_id,
+            sandbox_destroyed=False,
         )
 
     def close(self, *, fresh_session: bool = False) -> None:
         """Terminate unfinished processes, then apply ``on_exit``; idempotent.
 
-        Processes are terminated under a fresh deadline, each unconfirmed one
-        retried once and then read. If any stays unconfirmed (or a process
-        creation was ambiguous), the sandbox is destroyed whatever ``on_exit``
-        says. A Ctrl-C during termination skips straight to destroying it.
+        No new process starts once closing begins, and every process whose
+        creation was sent before is waited for and terminated. Each step
+        (waiting for creations, terminating, retrying, reading, destroying)
+        gets its own share of the cleanup time. If a termination stays
+        unconfirmed (or a process creation was ambiguous), the sandbox is
+        destroyed whatever ``on_exit`` says. A Ctrl-C during termination skips
+        straight to destroying it. A ``run()`` that closing cuts short (from
+        another thread) raises ``LeaseClosed``. Called while another thread
+        opens the lease, ``close()`` wins: it returns once ``open()`` has
+        destroyed what it created.
+
+        Request budget: one termination per process still running, then one
+        destroy (or a pause and its status polls); nothing for ``"keep"``.
+
+        Args:
+            fresh_session: send the cleanup on a new HTTP session (the exit
+                hook's choice: at interpreter exit the old one may be mid-use).
 
         Raises:
             CreateosCleanupError: containment unconfirmed, or the sandbox could
@@ -206,20 +252,26 @@ class LeaseCore:
         """
         with self._lock:
             pending, self._pending_failure = self._pending_failure, None
-            if self._state in ("new", "closed"):
+            state = self._state
+            if state in ("new", "closed"):
                 self._finish_close()
                 if pending is not None:
                     raise pending
                 return
-            if self._state == "closing":
-                wait_for_other = True
-            else:
-                wait_for_other = False
+            if state == "open":
                 self._state = "closing"
                 if self._box is not None:
                     self._box.closing.set()
-        if wait_for_other:
+            elif state == "opening":
+                self._state = "closing"  # open() sees it, and undoes itself
+        if state != "open":
             self._closed_event.wait()
+            if state == "opening" and self._abandoned is not None:
+                raise CreateosCleanupError(
+                    str(self._abandoned),
+                    sandbox_id=self._abandoned.sandbox_id,
+                    sandbox_destroyed=self._abandoned.sandbox_destroyed,
+                )
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -238,9 +290,9 @@ class LeaseCore:
         box = self._box
         if box is None:
             return None
-        deadline = self._cleanup_deadline()
+        budget = CleanupTime.of(box.transport)
         try:
-            terminate_unfinished(box.transport, box.sandbox_id, box.table, deadline)
+            terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
         except KeyboardInterrupt:
             log.warning(
                 "interrupted while terminating processes: destroying sandbox %s", box.sandbox_id
@@ -248,7 +300,7 @@ class LeaseCore:
             if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
                 self._forget_journal()
             raise
-        deadline = self._cleanup_deadline()  # terminations must not eat the destroy's time
+        deadline = budget.destroy()
         if box.table.poisoned:
             return self._destroy_poisoned(box, deadline)
         if self._on_exit == "destroy":
@@ -317,12 +369,12 @@ class LeaseCore:
             self._client.close()
 
     def _forget_journal(self) -> None:
-        if self._journal_name is not None:
-            self._journal.remove(self._journal_name)
-            self._journal_name = None
+        self._record.forget()
 
     def _expire(self) -> None:
         self._expired = True
+        if self._box is not None:
+            self._box.table.expired = True  # a run it cuts short ends as timed out
         log.warning(
             "lease %s reached its max_lifetime of %g s: closing it",
             self.id,

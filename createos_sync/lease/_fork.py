@@ -69,4 +69,4 @@ class ForkMethods(LeaseCore):
             timeout=self._options.timeout,
             journal=self._options.journal,
         )
-        return type(self)(self._client, options, journal=self._journal).open()
+        return type(self)(self._client, options, journal=self._record.journal).open()

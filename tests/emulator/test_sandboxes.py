@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -29,6 +30,8 @@ SANDBOX_FIELDS = {
     "created_at",
     "paused_at",
     "auto_pause_after_seconds",
+    "ingress_enabled",
+    "ingress_url_template",
 }
 
 
@@ -64,6 +67,8 @@ def test_creation_is_asynchronous_and_fields_are_complete(api: Api) -> None:
         {"shape": "s-1vcpu-1gb", "envs": ["A"]},
         {"shape": "s-1vcpu-1gb", "rootfs": "windows-95"},
         {"shape": "s-1vcpu-1gb", "egress": "everything"},
+        {"shape": "s-1vcpu-1gb", "egress": [{"allow": "pypi.org"}]},
+        {"shape": "s-1vcpu-1gb", "ingress_enabled": "yes"},
         {"shape": "s-1vcpu-1gb", "name": 3},
     ],
 )
@@ -160,12 +165,16 @@ def test_fork_copies_files_into_a_new_sandbox(api: Api) -> None:
 
 
 def test_egress_rules_are_stored(api: Api) -> None:
-    sandbox_id = api.sandbox(egress=[{"allow": "pypi.org"}])
+    sandbox_id = api.sandbox(egress=["pypi.org", "10.0.0.0/8"])
     path = f"/v1/sandboxes/{sandbox_id}/egress"
-    assert api.data("GET", path) == {"egress": [{"allow": "pypi.org"}]}
+    assert api.data("GET", path) == {"egress": ["pypi.org", "10.0.0.0/8"]}
+    assert api.data("PUT", path, json={"egress": ["*.github.com"]}) == {"egress": ["*.github.com"]}
+    assert api.data("GET", f"/v1/sandboxes/{sandbox_id}")["egress"] == ["*.github.com"]
     assert api.data("PUT", path, json={"egress": []}) == {"egress": []}
     assert api.data("GET", path) == {"egress": []}
-    assert api.call("PUT", path, json={"egress": 1}).status_code == 400
+    for bad in (1, "pypi.org", [{"allow": "pypi.org"}], [""], ["a b"]):
+        assert api.call("PUT", path, json={"egress": bad}).status_code == 400
+    assert api.data("GET", path) == {"egress": []}
 
 
 def test_idle_sandbox_is_paused_by_itself(tmp_path: Path) -> None:
@@ -189,3 +198,20 @@ def test_idle_sandbox_is_paused_by_itself(tmp_path: Path) -> None:
         wait_until(lambda: sandbox.settle() == "paused", what="auto-pause")
     finally:
         store.close()
+
+
+def test_a_failed_sandbox_ends_its_streams_without_an_exit_and_refuses_work(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    process_id = api.process(sandbox_id, "sleep", "1000")
+    with api.connect(sandbox_id, process_id) as response:
+        api.emu.fail_sandbox(sandbox_id)
+        frames = [json.loads(line) for line in response.iter_lines() if line]
+    assert [f["type"] for f in frames if f["type"] != "heartbeat"] == []  # no exit frame
+    assert api.status(sandbox_id) == "failed"
+    assert api.emu.live_processes() == []
+    assert api.frames(sandbox_id, process_id) == []  # a reconnection ends at once, too
+    created = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
+    assert created.status_code == 409
+    api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
+    with pytest.raises(ValueError):
+        api.emu.fail_sandbox(sandbox_id, "paused")

@@ -143,8 +143,9 @@ class Service:
         body = None if http >= 400 else process(tree_exited=tree_exited)
         self.add("DELETE", f"/sandboxes/{SANDBOX}/processes/{PROCESS}", http, body)
 
-    def get_process(self, http: int = 200, tree_exited: bool = True) -> None:
-        body = None if http >= 400 else process(tree_exited=tree_exited)
+    def get_process(self, http: int = 200, tree_exited: bool = True, body: Any = None) -> None:
+        if body is None and http < 400:
+            body = process(tree_exited=tree_exited)
         self.add("GET", f"/sandboxes/{SANDBOX}/processes/{PROCESS}", http, body)
 
     def run(self, *frames: dict[str, Any]) -> None:
