@@ -255,7 +255,9 @@ def choose(mode: str) -> Isolation:
                         "bubblewrap runs without the status reporter: "
                         "a command killed by signal N may be reported as exit 128+N"
                     )
-                bwrap.overlays = probe_overlays(SYSTEM_DIRS, executable or "bwrap")
+                bwrap.overlays = probe_overlays(
+                    SYSTEM_DIRS, executable or "bwrap", (REPORTER_MOUNT,)
+                )
                 if bwrap.overlays is None:
                     log.info(
                         "overlayfs is unavailable here: sandboxes see the system read-only, "

@@ -118,8 +118,11 @@ def remove_tree(path: Path) -> None:
 class Overlays:
     """How sandboxes get their layer: which directories, and in which namespaces."""
 
-    def __init__(self, system_dirs: Sequence[str], *, user_namespace: bool) -> None:
+    def __init__(
+        self, system_dirs: Sequence[str], *, user_namespace: bool, mount_files: Sequence[str] = ()
+    ) -> None:
         self.system_dirs = tuple(system_dirs)
+        self.mount_files = tuple(mount_files)
         self.targets = tuple(d for d in system_dirs if os.path.isdir(d) and not os.path.islink(d))
         self.user_namespace = user_namespace
         self._holders: dict[Path, Future[subprocess.Popen[bytes]]] = {}
@@ -195,7 +198,7 @@ class Overlays:
 
     def _start(self, root: Path, lowers: Sequence[Path]) -> subprocess.Popen[bytes]:
         skeleton = root / ".layer-skeleton"
-        _make_skeleton(skeleton, self.system_dirs)
+        _make_skeleton(skeleton, self.system_dirs, self.mount_files)
         pairs: list[str] = []
         for key, host in [(ROOT_KEY, str(skeleton)), *((_key(t), t) for t in self.targets)]:
             upper, work, mount = (root / d / key for d in (UPPER, ".layer-work", ".layer-mnt"))
@@ -235,10 +238,19 @@ def _key(target: str) -> str:
     return target.strip("/").replace("/", "_")
 
 
-def _make_skeleton(skeleton: Path, system_dirs: Sequence[str]) -> None:
-    """The root's lowest layer: the host's top-level symlinks, and mount points."""
+def _make_skeleton(skeleton: Path, system_dirs: Sequence[str], files: Sequence[str]) -> None:
+    """The root's lowest layer: the host's top-level symlinks, and mount points.
+
+    ``files`` are the files bubblewrap binds (the status reporter): their
+    mount points must exist below, or bubblewrap would create them in the
+    sandbox's own layer, and every fork and template would carry them.
+    """
     for name in ("workspace", "tmp", "home/user", "dev", "proc"):
         (skeleton / name).mkdir(parents=True, exist_ok=True)
+    for name in files:
+        place = skeleton / name.strip("/")
+        place.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        place.touch(exist_ok=True)
     for path in system_dirs:
         place = skeleton / path.strip("/")
         if os.path.islink(path) and not os.path.lexists(place):
@@ -259,11 +271,13 @@ def _stop(holder: subprocess.Popen[bytes]) -> None:
         holder.wait()
 
 
-def probe(system_dirs: Sequence[str], bwrap: str) -> Overlays | None:
+def probe(
+    system_dirs: Sequence[str], bwrap: str, mount_files: Sequence[str] = ()
+) -> Overlays | None:
     """Overlays that work here (a write through them lands in the layer), else None."""
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         return None
-    overlays = Overlays(system_dirs, user_namespace=os.geteuid() != 0)
+    overlays = Overlays(system_dirs, user_namespace=os.geteuid() != 0, mount_files=mount_files)
     with tempfile.TemporaryDirectory(prefix="createos-emulator-layer-probe-") as tmp:
         root = Path(tmp)
         try:

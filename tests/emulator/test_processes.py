@@ -275,10 +275,14 @@ def test_bwrap_sandbox_sees_its_own_root_and_pids(bwrap_api: Api) -> None:
     assert sorted(lines[:3]) == ["/home/user", "/tmp", "/workspace"]
     assert int(lines[3]) < 10  # only the namespace's own processes
     assert not os.path.exists(marker)  # the host's system is never written
-    if bwrap_api.emu._require_store().isolation.overlays is None:
+    store = bwrap_api.emu._require_store()
+    if store.isolation.overlays is None:
         assert "Read-only file system" in result["stderr"]
     else:  # written to the sandbox's own layer, over the host's /usr
         assert result["stderr"] == ""
+        # and nothing else: bubblewrap's own mount points (the reporter) stay out of it
+        root_layer = store.get(sandbox_id).storage.root / "layer" / "_root"
+        assert not (root_layer / "run").exists()
 
 
 def _need_exact_status(api: Api) -> None:
