@@ -14,9 +14,9 @@ from createos_sync.emulator import Emulator, Fault
 from .helpers import operations
 
 
-def _prepared(box: Lease) -> None:
+def _prepared(box: Lease, tool: str) -> None:
     box.write_file("/workspace/data.txt", b"prepared")
-    box.run("mkdir -p /opt/prepared && echo tool > /opt/prepared/tool", check=True)
+    box.run(f"mkdir -p {tool} && echo tool > {tool}/tool", check=True)
 
 
 def _layered(emulator: Emulator) -> bool:
@@ -43,21 +43,21 @@ def test_fork_of_a_running_sandbox_copies_its_files_and_they_stay_independent(
 def test_fork_of_a_paused_sandbox_leaves_it_paused_and_sees_every_file(
     emulator: Emulator, box: Lease
 ) -> None:
-    if not _layered(emulator):
-        pytest.skip("files outside /workspace need the emulator's writable layer")
-    _prepared(box)
+    # Outside /workspace only with the writable layer: a plain-mode command writes the host.
+    tool = "/opt/prepared" if _layered(emulator) else "/workspace/prepared"
+    _prepared(box, tool)
     box.pause()
     emulator.clear_request_log()
 
     with box.fork() as child:
-        assert child.run("cat /workspace/data.txt /opt/prepared/tool").stdout == "preparedtool\n"
-        child.run("echo forked > /opt/prepared/tool", check=True)
+        assert child.run(f"cat /workspace/data.txt {tool}/tool").stdout == "preparedtool\n"
+        child.run(f"echo forked > {tool}/tool", check=True)
 
     assert box.info().status == "paused"
     # The source was asked for one fork and read once; nothing else touched it.
     assert [op for op, _ in operations(emulator, box.id)] == ["sandbox.fork", "sandbox.get"]
     box.resume()
-    assert box.run("cat /opt/prepared/tool").stdout == "tool\n"
+    assert box.run(f"cat {tool}/tool").stdout == "tool\n"
 
 
 def test_start_paused_gives_a_paused_lease_that_runs_once_resumed(box: Lease) -> None:
