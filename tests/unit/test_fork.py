@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+import requests
 import responses
 
 import createos_sync as cs
@@ -208,6 +209,22 @@ def test_a_lost_answer_with_no_new_fork_says_none_was_made(
     with pytest.raises(cs.CreateosApiError, match="no fork of it made since the request exists"):
         parent.fork()
     assert _deleted(service) == []
+
+
+def test_no_answer_at_all_looks_again_for_a_fork_still_on_its_way(
+    parent: cs.Lease, service: Service, sleeps: list[float]
+) -> None:
+    """As for a creation (``_sandbox.late_looks``): the listing that finds nothing is
+    repeated after a pause, since the fork may not be listed yet."""
+    service.add("POST", FORK_PATH, body=requests.ReadTimeout("no answer"))
+    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None)))
+    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None), fork_of(LOST)))
+    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+    with pytest.raises(cs.CreateosApiError, match=f"fork {LOST} was found and destroyed"):
+        parent.fork()
+    assert len(service.calls("GET", "/sandboxes?")) == 2 and sleeps == [0.5]
+    assert _deleted(service) == [LOST]
+    assert len(service.calls("POST", "/fork")) == 1  # never repeated
 
 
 def test_two_unclaimed_new_forks_are_ambiguous_and_neither_is_destroyed(
