@@ -336,3 +336,17 @@ def test_a_recovery_waits_for_another_process_fork_of_the_same_source(
         other.kill()
         other.wait()
     assert _deleted(service) == ["sb-mine"]
+
+
+def test_a_recovery_never_waits_for_a_fork_of_this_process_not_sent_yet(
+    client: Client, service: Service
+) -> None:
+    """A fork of this process that is journaled but held back while the recovery runs is
+    the gate's to wait for: waiting for its journal entry here would wait for itself."""
+    Journal().add(Entry(name="held-back", base_url="https://api.test", fork_from=SANDBOX))
+    service.add("POST", FORK_PATH, 502)
+    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None), fork_of(LOST)))
+    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+    with pytest.raises(cs.CreateosApiError, match=f"fork {LOST} was found and destroyed"):
+        client.lease(fork_from=SANDBOX).open()
+    assert _deleted(service) == [LOST]
