@@ -19,6 +19,8 @@ from ..errors import CreateosError
 from ._manage import _jsonable, _print_table
 from ._report import EXIT_FAILURE, UsageError, say
 
+BUILD_HINT = "see `createos-sync template build --help`"
+
 
 def add_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
@@ -63,7 +65,7 @@ def build_template(args: argparse.Namespace) -> int:
         try:
             template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
         except (TypeError, ValueError) as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(str(exc), hint=BUILD_HINT) from None
     say(f"template {template.id} ({template.name}) is ready: use it with --rootfs {template.id}")
     return 0
 
@@ -102,11 +104,11 @@ def _read_dockerfile(name: str) -> str:
     try:
         raw = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
-        raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {name}: {exc.strerror}", hint=BUILD_HINT) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{name} is not UTF-8 text") from None
+        raise UsageError(f"{name} is not UTF-8 text", hint=BUILD_HINT) from None
 
 
 def _when(moment: object) -> str:

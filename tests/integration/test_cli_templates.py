@@ -78,4 +78,26 @@ def test_run_fork_from_a_prepared_sandbox(env: dict[str, str], box: Lease) -> No
     )
     assert forked[:2] == (0, "prepared once\n")
     assert refused[0] == 2 and "--fork-from takes its source's shape" in refused[2]
+    assert refused[2].splitlines()[1] == "see `createos-sync run --help`"
     assert box.info().status == "paused"
+
+
+def test_template_usage_errors_are_one_line_and_a_pointer_to_help(
+    emulator: Emulator, env: dict[str, str], tmp_path: Path
+) -> None:
+    emulator.clear_request_log()
+    (tmp_path / "binary").write_bytes(b"\xff\xfe")
+    (tmp_path / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    outcomes = run_all(
+        [*CLI, "template", "build", "x", "-f", str(tmp_path / "missing")],
+        [*CLI, "template", "build", "x", "-f", str(tmp_path / "binary")],
+        [*CLI, "template", "build", " ", "-f", str(tmp_path / "Dockerfile")],
+        [*CLI, "template", "build", "x", "--bogus"],
+        env=env,
+    )
+    for status, out, err in outcomes:
+        assert (status, out) == (2, ""), err
+        first, hint = err.splitlines()
+        assert first.startswith("createos-sync: error: ") and err.count("\n") == 2, err
+        assert hint.startswith("see `createos-sync template") and hint.endswith(" --help`"), err
+    assert emulator.request_log == []  # all found before any request
