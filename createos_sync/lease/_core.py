@@ -102,7 +102,8 @@ class LeaseCore:
     # --- open / close -----------------------------------------------------
 
     def open(self: L) -> L:
-        """Create (or attach to) the sandbox and wait until it runs.
+        """Create, fork or attach to the sandbox and wait until it runs (a fork made
+        ``start_paused``: until it is paused).
 
         If anything fails once a sandbox was created, the sandbox is destroyed
         before the error propagates; if that destroy fails too, the error is
