@@ -128,6 +128,26 @@ def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def fork_sandbox(
+    t: Transport, source_id: str, body: Mapping[str, Any], deadline: Deadline
+) -> dict[str, Any]:
+    """Fork a sandbox: a creation, so never repeated after an unknown outcome (429/503 are)."""
+    reply = t.call(
+        "POST",
+        f"{_sandbox(source_id)}/fork",
+        operation=Operation.SANDBOX_FORK,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body=dict(body),
+    )
+    return _object(reply.data, Operation.SANDBOX_FORK)
+
+
+def reports_forks(sandboxes: list[dict[str, Any]]) -> bool:
+    """Whether a listing says which sandboxes are forks (the field, even null, is present)."""
+    return any("forked_from" in s for s in sandboxes)
+
+
 def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> bool:
     """Destroy a sandbox; 404 means it is already gone, which is success (False)."""
     reply = t.call(
@@ -206,6 +226,93 @@ def _patch_sandbox(
         json_body=body,
     )
     return _object(reply.data, Operation.SANDBOX_SETTINGS)
+
+
+# Templates
+
+
+def _template(template_id: str) -> str:
+    return f"/templates/{quote(template_id, safe='')}"
+
+
+def create_template(
+    t: Transport, name: str, dockerfile: str, base: str | None, deadline: Deadline
+) -> dict[str, Any]:
+    """Submit a build; a lost answer is not repeated (a build may have started)."""
+    body = {"name": name, "dockerfile": dockerfile}
+    if base is not None:
+        body["base"] = base
+    reply = t.call(
+        "POST",
+        "/templates",
+        operation=Operation.TEMPLATE_BUILD,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body=body,
+    )
+    data = _object(reply.data, Operation.TEMPLATE_BUILD)
+    checked_id(data.get("id"), "template id in the answer to a template build")
+    return data
+
+
+def get_template(t: Transport, template_id: str, deadline: Deadline) -> dict[str, Any]:
+    reply = t.call(
+        "GET",
+        _template(template_id),
+        operation=Operation.TEMPLATE_MANAGEMENT,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+    )
+    return _object(reply.data, Operation.TEMPLATE_MANAGEMENT)
+
+
+def list_templates(t: Transport, deadline: Deadline) -> Iterator[dict[str, Any]]:
+    """Every template, page by page (one request per 500)."""
+    offset = 0
+    while True:
+        reply = t.call(
+            "GET",
+            "/templates",
+            operation=Operation.TEMPLATE_MANAGEMENT,
+            repeat=Repeat.SAFE,
+            deadline=deadline,
+            params={"limit": str(PAGE_LIMIT), "offset": str(offset)},
+        )
+        items, total = _items(reply.data, Operation.TEMPLATE_MANAGEMENT, "templates")
+        for item in items:
+            yield _object(item, Operation.TEMPLATE_MANAGEMENT)
+        offset += len(items)
+        if not items or total is None or offset >= total:
+            return
+
+
+def delete_template(t: Transport, template_id: str, deadline: Deadline) -> None:
+    """Delete a template; 404 means it is already gone, which is success."""
+    t.call(
+        "DELETE",
+        _template(template_id),
+        operation=Operation.TEMPLATE_MANAGEMENT,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        allow=frozenset({404}),
+    )
+
+
+def follow_template_log(t: Transport, template_id: str, deadline: Deadline) -> Stream:
+    """The build log as NDJSON events ``{ts, level, line, attempt, final, status}``, live.
+
+    (inferred) Each connection replays the log from its first line, then
+    follows it until the final event.
+    """
+    return t.stream(
+        "GET",
+        f"{_template(template_id)}/logs",
+        operation=Operation.TEMPLATE_LOG,
+        repeat=Repeat.REFUSED_ONLY,  # reconnection is the build follower's job
+        deadline=deadline,
+        params={"follow": "true"},
+        idle_timeout=STREAM_IDLE_TIMEOUT,
+    )
 
 
 # Files

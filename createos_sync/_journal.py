@@ -111,6 +111,7 @@ class Entry:
     name: str
     base_url: str
     sandbox_id: str | None = None
+    fork_from: str | None = None  # a fork's source: the service takes no name on a fork
     pid: int = attrs.field(factory=os.getpid)
     process_start: str | None = attrs.field(factory=lambda: _process_start(os.getpid()))
     host: str = attrs.field(factory=socket.gethostname)
@@ -373,6 +374,9 @@ def _entry(item: Any) -> Entry:
     sandbox_id, pid = item.get("sandbox_id"), item.get("pid")
     if sandbox_id is not None:
         _text(sandbox_id, "sandbox_id", pattern=ID)
+    fork_from = item.get("fork_from")
+    if fork_from is not None:
+        _text(fork_from, "fork_from", pattern=ID)
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         raise ValueError("pid is not a positive integer")
     start, created = item.get("process_start"), item.get("created_at", 0.0)
@@ -384,6 +388,7 @@ def _entry(item: Any) -> Entry:
         name=name,
         base_url=_text(item.get("base_url"), "base_url"),
         sandbox_id=sandbox_id,
+        fork_from=fork_from,
         pid=pid,
         process_start=start,
         host=_text(item.get("host"), "host"),

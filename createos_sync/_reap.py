@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from ._fork import CLOCK_MARGIN, unclaimed_forks
 from ._journal import Entry, Journal, Unreadable
 from .errors import CreateosError
 
@@ -76,7 +77,10 @@ def reap(
     """Destroy the journaled sandboxes of ``client``'s base URL whose owning process is gone.
 
     An entry without a sandbox id (the process died while the creation was
-    in flight) is resolved by its unique name. Resolved entries are removed
+    in flight) is resolved by its unique name; a fork's (the service takes
+    no name on a fork) by the rule of ``_fork``: the one fork of its source
+    made since the entry that no journal entry claims (several: none is
+    destroyed, and the entry is reported as failed). Resolved entries are removed
     from the journal; an entry whose sandbox could not be destroyed is kept,
     so that a later reap tries again. Nothing is changed when ``dry_run``.
 
@@ -94,8 +98,8 @@ def reap(
     """
     journal = journal if journal is not None else Journal()
     base_url = client.config.base_url
-    by_name = _NameLookup(client)
     survey = journal.survey()
+    by_name = _NameLookup(client, {e.sandbox_id for e in survey.entries if e.sandbox_id})
     outcomes = []
     for entry in survey.entries:
         gone = _emulator_gone(entry)
@@ -174,14 +178,24 @@ def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: 
         sandbox_ids: tuple[str, ...] = (entry.sandbox_id,)
     else:
         try:
-            sandbox_ids = by_name(entry.name)
+            sandbox_ids = by_name.forks(entry) if entry.fork_from else by_name(entry.name)
         except CreateosError as exc:
-            return Reaped(entry.name, "failed", f"{why}; looking it up by name failed: {exc}")
+            return Reaped(entry.name, "failed", f"{why}; looking it up failed: {exc}")
+        if len(sandbox_ids) > 1 and entry.fork_from:
+            found = ", ".join(sandbox_ids)
+            return Reaped(
+                entry.name,
+                "failed",
+                f"{why}; its fork is one of {found}: destroy it with `createos-sync destroy ID`",
+            )
         if not sandbox_ids:
+            missing = "no unclaimed fork of its source" if entry.fork_from else (
+                "no sandbox of its name"
+            )  # fmt: skip
             return Reaped(
                 entry.name,
                 "would forget" if dry_run else "forgotten",
-                f"{why}; no sandbox of its name exists",
+                f"{why}; {missing} exists",
             )
     if dry_run:
         return Reaped(entry.name, "would destroy", why, sandbox_ids)
@@ -216,16 +230,28 @@ def _ids(entry: Entry) -> tuple[str, ...]:
 
 
 class _NameLookup:
-    """Sandbox ids by name, from one listing made on first use."""
+    """Sandbox ids by name (or, for a fork, by source), from one listing made on first use."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, claimed: set[str]) -> None:
         self._list: Callable[[], list[SandboxInfo]] = client.sandboxes
+        self._sandboxes: list[SandboxInfo] | None = None
         self._by_name: dict[str, list[str]] | None = None
+        self._claimed = claimed  # the journal's sandbox ids: no lost fork is one of them
+
+    def _listing(self) -> list[SandboxInfo]:
+        if self._sandboxes is None:
+            self._sandboxes = self._list()
+        return self._sandboxes
 
     def __call__(self, name: str) -> tuple[str, ...]:
         if self._by_name is None:
             self._by_name = {}
-            for sandbox in self._list():
+            for sandbox in self._listing():
                 if sandbox.name is not None and sandbox.status != "destroyed":
                     self._by_name.setdefault(sandbox.name, []).append(sandbox.id)
         return tuple(self._by_name.get(name, ()))
+
+    def forks(self, entry: Entry) -> tuple[str, ...]:
+        assert entry.fork_from is not None
+        since = entry.created_at - CLOCK_MARGIN
+        return tuple(unclaimed_forks(self._listing(), entry.fork_from, since, self._claimed))

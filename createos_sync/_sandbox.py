@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from . import _api, _retry, _shield
 from ._deadline import Deadline
@@ -66,81 +66,116 @@ def created(
     operation: str,
     cleanup_deadline: Deadline,
     sleep: _retry.Sleep = time.sleep,
+    recovery: Recovery | None = None,
 ) -> SandboxInfo:
-    """Send a request that creates a sandbox named ``name`` (a creation, a fork); its result.
+    """Send a request that creates a sandbox (a creation named ``name``, a fork); its result.
 
     The answer must carry a plausible id (``checked_id``). An answer without
     one, a lost answer, or an interrupt while it was awaited all leave the
-    outcome unknown: every sandbox named ``name`` is then found and destroyed
-    before the error propagates, and the error says so. If that cannot be
-    done, the error is (or, for an interrupt, carries) a
-    ``CreateosCleanupError`` naming ``name``: a sandbox may exist. When no
-    answer came at all, the request may still be on its way to being
-    carried out: a search that finds nothing is repeated after a pause,
-    twice (``LATE_LOOKS``).
+    outcome unknown: what the request may have made is then found and
+    destroyed before the error propagates (``recovery``; by default every
+    sandbox named ``name``), and the error says so. If that cannot be done,
+    the error is (or, for an interrupt, carries) a ``CreateosCleanupError``:
+    a sandbox may exist. When no answer came at all, the request may still
+    be on its way to being carried out: a search that finds nothing is
+    repeated after a pause, twice (``late_looks``).
 
-    Request budget on an unknown outcome: one listing (three when no answer
-    came and nothing is found), plus one destroy per sandbox found.
+    Request budget on an unknown outcome (by name): one listing (three when
+    no answer came and nothing is found), plus one destroy per sandbox found.
 
     Interrupts are held but while requests wait (``_shield``): call this
     within ``_shield.held()`` and record the id before leaving it, so that
     no interrupt can land between the answer and its record.
     """
+    recovery = recovery if recovery is not None else ByName(transport, name)
     with _shield.held():
         try:
-            with _shield.delivered():
-                record = request()
+            record = recovery.attempt(request)
             checked_id(record.get("id"), f"sandbox id in the answer to {operation}")
         except BaseException as exc:
             if not may_have_taken_effect(exc):
                 raise
-            answered = isinstance(exc, ProtocolError) or (
-                isinstance(exc, CreateosApiError) and exc.status is not None
-            )
-            pauses = () if answered else LATE_LOOKS
-            _recover_or_raise(transport, name, exc, cleanup_deadline, pauses, sleep)
-            explained = _explained(exc, name)
+            _recover_or_raise(recovery, exc, cleanup_deadline, sleep)
+            explained = recovery.explained(exc)
             if explained is exc:
                 raise
             raise explained from None
         return SandboxInfo.from_api(record)
 
 
-def _explained(exc: BaseException, name: str) -> BaseException:
-    """The error to raise once a creation of unknown outcome is known to have left nothing."""
-    gone = (
-        f"the creation's outcome was unknown; no sandbox named {name} exists now "
-        "(any that was created has been destroyed)"
+class Recovery(Protocol):
+    """How ``created`` sends its request, and finds what a request of unknown outcome made."""
+
+    def attempt(self, request: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
+        """Send the request (held: wrap its wait in ``_shield.delivered()``)."""
+
+    def recover(
+        self, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
+    ) -> CreateosCleanupError | None:
+        """Destroy what the request may have made; a failure to do so is returned."""
+
+    def explained(self, exc: BaseException) -> BaseException:
+        """The error to raise once nothing the request may have made is left."""
+
+    def interrupted(self) -> CreateosCleanupError:
+        """What is known when the search was interrupted (attached to the interrupt)."""
+
+
+def late_looks(exc: BaseException) -> tuple[float, ...]:
+    """The pauses after which a search that found nothing looks again: none once answered."""
+    answered = isinstance(exc, ProtocolError) or (
+        isinstance(exc, CreateosApiError) and exc.status is not None
     )
-    if isinstance(exc, CreateosApiError):
-        return CreateosApiError(exc.operation, exc.status, request_id=exc.request_id, detail=gone)
-    if isinstance(exc, ProtocolError):
-        return ProtocolError(f"{exc}; {gone}")
-    return exc
+    return () if answered else LATE_LOOKS
+
+
+class ByName:
+    """A creation's recovery: the sandbox it may have made carries its unique name."""
+
+    def __init__(self, transport: Transport, name: str) -> None:
+        self.transport = transport
+        self.name = name
+
+    def attempt(self, request: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
+        with _shield.delivered():
+            return request()
+
+    def recover(
+        self, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
+    ) -> CreateosCleanupError | None:
+        return _recover_lost_creation(self.transport, self.name, deadline, late_looks(exc), sleep)
+
+    def explained(self, exc: BaseException) -> BaseException:
+        gone = (
+            f"the creation's outcome was unknown; no sandbox named {self.name} exists now "
+            "(any that was created has been destroyed)"
+        )
+        if isinstance(exc, CreateosApiError):
+            return CreateosApiError(
+                exc.operation, exc.status, request_id=exc.request_id, detail=gone
+            )
+        if isinstance(exc, ProtocolError):
+            return ProtocolError(f"{exc}; {gone}")
+        return exc
+
+    def interrupted(self) -> CreateosCleanupError:
+        return CreateosCleanupError(
+            f"sandbox creation may have succeeded, and looking for sandbox {self.name} was "
+            "interrupted: it may be running (`createos-sync reap` finds it by that name "
+            "in the lease journal; `createos-sync ls` shows it)",
+            sandbox_id=None,
+            sandbox_destroyed=None,
+        )
 
 
 def _recover_or_raise(
-    transport: Transport,
-    name: str,
-    exc: BaseException,
-    deadline: Deadline,
-    pauses: tuple[float, ...],
-    sleep: _retry.Sleep,
+    recovery: Recovery, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
 ) -> None:
     """Destroy what the creation may have made; raise if that cannot be confirmed."""
     try:
-        failure = _recover_lost_creation(transport, name, deadline, pauses, sleep)
+        failure = recovery.recover(exc, deadline, sleep)
     except BaseException as second:  # interrupted while looking: nothing is known
-        attach_cleanup_failure(
-            second,
-            CreateosCleanupError(
-                f"sandbox creation may have succeeded, and looking for sandbox {name} was "
-                "interrupted: it may be running (`createos-sync reap` finds it by that name "
-                "in the lease journal; `createos-sync ls` shows it)",
-                sandbox_id=None,
-                sandbox_destroyed=None,
-            ),
-        )
+        attach_cleanup_failure(second, recovery.interrupted())
         raise
     if failure is None:
         return

@@ -6,7 +6,9 @@ shows (in a message, a repr, a result, or a URL path) goes through one of
 these checks: an id must look like an id before it is ever put in a path,
 a token that does not match its pattern is replaced by a fixed placeholder
 instead of being shown, and free text (the ``message`` of a 4xx) is shown
-only once ``scrub`` has removed the key and everything the caller sent.
+only once ``scrub`` has removed the key and everything the caller sent. A
+build log line (``log_line``) is the output of the caller's own commands:
+only the key and terminal escapes are removed from it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ SIGNAL = re.compile(r"SIG[A-Z0-9]{1,16}\Z")
 ERROR_CODE = re.compile(r"[a-z0-9_]{1,64}\Z")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 STATUS = re.compile(rf"(?:{'|'.join(SANDBOX_STATUSES)})\Z")
+TEMPLATE_STATUS = re.compile(r"(?:pending|building|ready|failed)\Z")
 # A host name, a "*." wildcard or a CIDR (IPv4 or IPv6), optionally with a port.
 EGRESS_RULE = re.compile(r"[A-Za-z0-9*._:/\[\]-]{1,255}\Z")
 PORT_PLACEHOLDER = "<port>"
@@ -43,6 +46,9 @@ MESSAGE_LIMIT = 200
 _SHORT = 4
 # What a service may echo of a request line: "?after=0", "&path=/x".
 _QUERY = re.compile(r"[?&][^\s?&=]*=\S*")
+# Terminal escape sequences (colours, cursor moves), then any other control character.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def checked_id(value: object, what: str) -> str:
@@ -137,3 +143,17 @@ def _remove(text: str, form: str) -> str:
     if len(form) >= _SHORT:
         return text.replace(form, REDACTED)
     return re.sub(rf"(?<![A-Za-z0-9]){re.escape(form)}(?![A-Za-z0-9])", REDACTED, text)
+
+
+def log_line(text: str, limit: int, *, secret: str | None = None) -> str:
+    """A build log line fit for a terminal: ``secret`` (in its encoded forms too) and
+    terminal escapes removed, control characters dropped, at most ``limit`` characters.
+
+    Unlike ``scrub``, query strings and sent values stay: the line is the
+    output of the caller's own Dockerfile, which they need to read as written.
+    """
+    if secret:
+        for form in _forms(secret):
+            text = _remove(text, form)
+    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"

@@ -7,21 +7,21 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType, TracebackType
 from typing import Any
 
 import requests
 
-from . import _api, _retry
+from . import _api, _retry, templates
 from ._deadline import Deadline
 from ._http import Transport
-from ._options import LeaseOptions, OnExit
+from ._options import LeaseOptions, OnExit, check_seconds
 from ._pacer import shared_pacer
 from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease
-from .models import SandboxInfo, Shape
+from .models import SandboxInfo, Shape, Template
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 # One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,
@@ -124,12 +124,13 @@ class Client:
         name: str | None = None,
         egress: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
-        ingress: bool = False,
+        ingress: bool | None = False,
         auto_pause_after: int | None = None,
         max_lifetime: float | None = None,
         ttl: float | EllipsisType | None = ...,
         sandbox_id: str | None = None,
         fork_from: str | None = None,
+        start_paused: bool = False,
         on_exit: OnExit | None = None,
         timeout: float | None = None,
         journal: bool = True,
@@ -148,7 +149,11 @@ class Client:
             max_lifetime: seconds after which a timer closes the lease.
             ttl: the dead man's switch (seconds; None turns it off).
             sandbox_id: attach to this existing sandbox instead of creating one.
-            fork_from: create the sandbox as a fork of this one.
+            fork_from: create the sandbox as a fork of this one (its disk copied;
+                ``egress``, ``env`` are then the fork's, None: the source's; ``ingress``
+                None keeps the source's).
+            start_paused: with ``fork_from``, the fork starts paused, and so
+                does the lease (``run()`` raises until ``resume()``).
             on_exit: ``"destroy"``, ``"keep"`` or ``"pause"`` at close.
             timeout: the deadline of one operation and the default command
                 timeout (default: this client's ``timeout``).
@@ -169,11 +174,82 @@ class Client:
             ttl=ttl,
             sandbox_id=sandbox_id,
             fork_from=fork_from,
+            start_paused=start_paused,
             on_exit=on_exit,
             timeout=timeout,
             journal=journal,
         )
         return Lease(self, options)
+
+    def build_template(
+        self,
+        name: str,
+        dockerfile: str,
+        *,
+        base: str | None = None,
+        on_log: Callable[[str], None] | None = None,
+        echo: bool = False,
+        timeout: float | None = None,
+    ) -> Template:
+        """Build a template from a Dockerfile's text and return it once it is ``ready``.
+
+        The build log is followed live: ``on_log(line)`` is called once per
+        line, in order (a dropped log stream is reconnected without repeating
+        a line), and ``echo=True`` prints each line (control characters
+        removed). Use the result as ``lease(rootfs=template.id)``.
+
+        Args:
+            name: the template's name (1..128 printable characters).
+            dockerfile: the Dockerfile's text (``FROM``, ``RUN``, ``ENV``, ``WORKDIR``...).
+            base: the root file system to build on when the Dockerfile has no ``FROM``.
+            timeout: seconds for the whole build (default 1800); when they pass,
+                ``OperationTimeout`` is raised and the build goes on at the service.
+
+        Request budget: 1 submission, 1 log stream and 1 read of the ready
+        template (2 when it fails), plus 1 stream per reconnection (and 1 read
+        when a stream ends before the build does).
+
+        Raises:
+            ValueError, TypeError: invalid arguments (an empty name, a Dockerfile
+                that is not text), before any request.
+            TemplateBuildError: the build failed; the message ends with the
+                last lines of its log, ``.template_id`` names the template.
+            OperationTimeout: ``timeout`` passed first.
+            CreateosApiError: the submission was refused, or its outcome was
+                unknown (it is never sent twice: see ``templates()``).
+        """
+        templates.check_build(name, dockerfile, base, on_log, echo)
+        seconds = check_seconds("timeout", timeout) or templates.DEFAULT_BUILD_TIMEOUT
+        return templates.build(
+            self.transport,
+            name,
+            dockerfile,
+            base,
+            on_log=on_log,
+            echo=echo,
+            deadline=Deadline.after(seconds),
+            sleep=self.sleep,
+        )
+
+    def templates(self) -> list[Template]:
+        """Every template of the account (1 request per 500)."""
+        return [
+            Template.from_api(t) for t in _api.list_templates(self.transport, self._deadline())
+        ]
+
+    def template(self, template_id: str) -> Template:
+        """The template ``template_id``, read afresh (1 request)."""
+        _check_id("template_id", template_id)
+        return Template.from_api(_api.get_template(self.transport, template_id, self._deadline()))
+
+    def delete_template(self, template_id: str) -> None:
+        """Delete the template ``template_id`` (1 request); one already gone (404) counts
+        as deleted.
+
+        Sandboxes already made from it are not affected.
+        """
+        _check_id("template_id", template_id)
+        _api.delete_template(self.transport, template_id, self._deadline())
 
     def request(
         self,
@@ -290,3 +366,8 @@ def _checked_params(params: object) -> dict[str, str] | None:
         else:
             raise TypeError(f"params[{name!r}] must be a str, int, finite float or bool")
     return query
+
+
+def _check_id(what: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty str")

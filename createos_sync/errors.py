@@ -9,6 +9,7 @@
     ├── OperationTimeout (also TimeoutError)   an operation outlived its deadline
     ├── SandboxUnavailable                the sandbox is in a state that cannot serve
     ├── LeaseClosed (also RuntimeError)   the lease is not open (closed, expired, never opened)
+    ├── TemplateBuildError                a template build failed: .template_id, log tail
     ├── ProtocolError                     malformed envelope / frame / sequence
     │   └── OutputLostError               output could not be read: .lost_through, .result
     ├── CreateosCleanupError              containment unconfirmed: .sandbox_id,
@@ -48,6 +49,10 @@ class Operation:
     OUTPUT_CONNECTION = "output connection"
     FILE_TRANSFER = "file transfer"
     EXEC = "housekeeping exec"
+    SANDBOX_FORK = "sandbox fork"
+    TEMPLATE_BUILD = "template build"
+    TEMPLATE_LOG = "template build log"
+    TEMPLATE_MANAGEMENT = "template management"
     PORT_WAIT = "port wait"
     REQUEST = "API request"
 
@@ -137,6 +142,27 @@ class SandboxUnavailable(CreateosError):
 
 class LeaseClosed(CreateosError, RuntimeError):
     """The lease is not open: never opened, already closed, or expired."""
+
+
+class TemplateBuildError(CreateosError):
+    """A template build ended ``failed``; the message ends with the last lines of its log.
+
+    ``template_id`` names the failed template (it still exists: delete it
+    with ``client.delete_template``); ``log_tail`` holds those last lines,
+    control characters removed and each line bounded.
+    """
+
+    def __init__(self, template_id: str, name: str, log_tail: Sequence[str]) -> None:
+        self.template_id = template_id
+        self.log_tail = tuple(log_tail)
+        message = f"template {name!r} ({template_id}) failed to build"
+        if self.log_tail:
+            message += "; the end of its build log:\n" + "\n".join(
+                f"  | {line}" for line in self.log_tail
+            )
+        else:
+            message += " (its build log is empty)"
+        super().__init__(message)
 
 
 class ProtocolError(CreateosError):

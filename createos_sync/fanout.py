@@ -54,12 +54,13 @@ def map(
     name: str | None = None,
     egress: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
-    ingress: bool = False,
+    ingress: bool | None = False,
     auto_pause_after: int | None = None,
     max_lifetime: float | None = None,
     ttl: float | EllipsisType | None = ...,
     sandbox_id: str | None = None,
     fork_from: str | None = None,
+    start_paused: bool = False,
     on_exit: OnExit | None = None,
     timeout: float | None = None,
     journal: bool = True,
@@ -100,9 +101,10 @@ def map(
             ones close their leases themselves when ``fn`` returns.
         client: defaults to a ``Client()`` from the environment, closed at the end.
         shape, rootfs, region, name, egress, env, ingress, auto_pause_after,
-        max_lifetime, ttl, fork_from, on_exit, timeout, journal: the options
-            of every item's lease, as for ``createos_sync.lease``
-            (``sandbox_id`` is refused: each item needs a sandbox of its own).
+        max_lifetime, ttl, fork_from, start_paused, on_exit, timeout, journal:
+            the options of every item's lease, as for ``createos_sync.lease``
+            (``sandbox_id`` is refused: each item needs a sandbox of its own;
+            ``start_paused`` needs ``fork_from``, and ``fn`` then resumes its box).
 
     Request budget: per item, what ``cs.lease`` costs to open and close plus
     what ``fn`` sends; with ``setup``, once what the setup lease costs plus a
@@ -126,6 +128,7 @@ def map(
         ttl=ttl,
         sandbox_id=sandbox_id,
         fork_from=fork_from,
+        start_paused=start_paused,
         on_exit=on_exit,
         timeout=timeout,
         journal=journal,

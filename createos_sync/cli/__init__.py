@@ -5,6 +5,7 @@
     createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... [--tty] -- CMD [ARG...]
     createos-sync shell [--local] [--shape S] [--rootfs R] [SANDBOX_ID]
     createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
+    createos-sync template build NAME [-f DOCKERFILE] [--base B] | template ls | template rm ID...
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _manage, _run, _shell
+from . import _manage, _run, _shell, _template
 from ._local import emulator_main
 from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
 
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     _run.add_parser(commands, common)
     _shell.add_parser(commands, common)
     _manage.add_parsers(commands, common)
+    _template.add_parser(commands, common)
     commands.add_parser(
         "emulator",
         add_help=False,

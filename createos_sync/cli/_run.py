@@ -74,7 +74,10 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
-    parser.add_argument("--rootfs", help="root file system image")
+    parser.add_argument("--rootfs", help="root file system image, or a ready template's id")
+    parser.add_argument(
+        "--fork-from", metavar="ID", help="run in a new fork of this sandbox (running or paused)"
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -132,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
         Command.parse(command, cwd=args.cwd, env=env)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc), hint=HELP_HINT) from None
+    if args.fork_from and (args.shape or args.rootfs):
+        raise UsageError(
+            "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
+            hint=HELP_HINT,
+        )
     if args.local and args.keep:
         raise UsageError(
             "--keep cannot be used with --local: the emulator ends with this command",
@@ -142,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         lease = client.lease(
             args.shape,
             rootfs=args.rootfs,
+            fork_from=args.fork_from,
             on_exit="keep" if args.keep else None,
             journal=not args.local,
         )

@@ -32,7 +32,7 @@ class ProcessApi:
     def create(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
-        command = _command(sandbox, body, text(body, "cwd", default="/workspace"))
+        command = _command(sandbox, body, text(body, "cwd", default=sandbox.spec.workdir))
         size = None if body.get("pty") is None else _size(body["pty"])
         process = self._store.new_process("process", command, size=size)
         self._store.spawn(sandbox_id, process)
@@ -125,7 +125,7 @@ class ProcessApi:
     def exec(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
-        command = _command(sandbox, body, "/workspace")
+        command = _command(sandbox, body, sandbox.spec.workdir)  # a template's WORKDIR
         stdin = text(body, "stdin", default="").encode()
         streamed = request.args.get("stream") == "true" or body.get("stream") is True
         process = self._store.new_process("exec", command)

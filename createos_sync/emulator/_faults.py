@@ -22,6 +22,8 @@ OPERATIONS = frozenset(
         "process.create", "process.list", "process.get", "process.connect",
         "process.input", "process.stdin_close", "process.signal", "process.resize",
         "process.wait", "process.delete",
+        "template.create", "template.list", "template.get", "template.delete",
+        "template.logs",
     }
 )  # fmt: skip
 
@@ -36,7 +38,8 @@ class Fault:
     or ``error`` ``envelope`` (by default ``fail`` for 4xx, ``error`` for 5xx);
     ``delay`` stalls before answering; ``trickle`` sends the real answer's
     body one byte at a time, that many seconds apart; ``drop_after_frames``
-    cuts a ``process.connect`` stream after that many data frames;
+    cuts a ``process.connect`` stream after that many data frames (a
+    ``template.logs`` stream after that many log events);
     ``hold_open`` keeps a ``process.connect`` stream open for that many
     seconds after its exit frame (heartbeats every 50 ms) instead of ending
     it; ``tree_exited_false`` makes ``process.delete`` answer ``tree_exited:
@@ -101,9 +104,9 @@ class Fault:
         if self.retry_after is not None and (self.status != 429 or self.retry_after < 0):
             return "retry_after needs status 429 and a value >= 0"
         if self.drop_after_frames is not None and (
-            self.operation != "process.connect" or self.drop_after_frames < 0
+            self.operation not in ("process.connect", "template.logs") or self.drop_after_frames < 0
         ):
-            return "drop_after_frames applies to process.connect only, and is >= 0"
+            return "drop_after_frames applies to process.connect and template.logs, and is >= 0"
         if not isinstance(self.hold_open, (int, float)) or not (
             math.isfinite(self.hold_open) and self.hold_open >= 0
         ):

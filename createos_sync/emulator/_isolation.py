@@ -8,6 +8,11 @@ network is the host's. When this interpreter is visible inside that root,
 ``_reporter`` (bind-mounted as a file) runs as the namespace's PID 1 so that
 the command's exact wait status (signal or exit code) reaches the emulator.
 
+Where overlayfs works (``_layers``, probed at start), the root and the
+system directories are a writable layer instead of read-only binds: what a
+command writes anywhere is kept in the sandbox's storage, forks copy it, and
+templates are made of it. Without it they stay read-only, as before.
+
 Plain mode (no bubblewrap) runs the command under ``_reporter --subreaper``,
 which keeps every descendant in the tree and reports the exact wait status.
 It moves the working directory, HOME and TMPDIR into the sandbox's storage,
@@ -36,6 +41,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._layers import Overlays
+from ._layers import probe as probe_overlays
 from ._storage import MOUNTS, Storage
 from ._terminal import with_controlling_tty
 
@@ -71,6 +78,7 @@ class NoIsolation:
     name = "none"
     reports_status = True
     namespaced = False
+    overlays = None  # plain processes write on the host: no layer of their own
 
     def launch(
         self,
@@ -96,6 +104,15 @@ class NoIsolation:
         command = [_sandbox_paths(word, storage) for word in argv]
         argv = [*helper, str(status_fds[1]), *command]
         return Launch(argv, storage.view(cwd), {**base, **mapped})
+
+    def prepare(self, storage: Storage, *, wait: bool = False) -> None:
+        """Nothing is mounted for a plain sandbox."""
+
+    def release(self, storage: Storage) -> None:
+        """Nothing is mounted for a plain sandbox."""
+
+    def close(self) -> None:
+        """Nothing to unmount."""
 
 
 def _sandbox_paths(text: str, storage: Storage) -> str:
@@ -133,6 +150,21 @@ class Bubblewrap:
     def __init__(self, executable: str, python: str | None) -> None:
         self._bwrap = executable
         self._python = python
+        self.overlays: Overlays | None = None  # set once probed: a writable layer
+
+    def prepare(self, storage: Storage, *, wait: bool = False) -> None:
+        """Mount a sandbox's layer: at creation in the background, before a command in full."""
+        if self.overlays is not None:
+            self.overlays.prepare(storage.root, storage.lowers, wait=wait)
+
+    def release(self, storage: Storage) -> None:
+        """Unmount the sandbox's layer (destroyed, or about to become a template)."""
+        if self.overlays is not None:
+            self.overlays.release(storage.root)
+
+    def close(self) -> None:
+        if self.overlays is not None:
+            self.overlays.close()
 
     def launch(
         self,
@@ -147,11 +179,12 @@ class Bubblewrap:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
         if status_fds is not None:
             cmd += ["--json-status-fd", str(status_fds[0])]
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                cmd += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                cmd += ["--ro-bind", path, path]
+        if self.overlays is not None:
+            # The layered root already holds the host's top-level symlinks.
+            cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
+            cmd += self.overlays.bind_args(storage.root)
+        else:
+            cmd += _read_only_system()
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
         cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
@@ -169,6 +202,16 @@ class Bubblewrap:
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         return Launch(cmd, str(storage.root), {**base, **env})
+
+
+def _read_only_system() -> list[str]:
+    args = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 Isolation = NoIsolation | Bubblewrap
@@ -226,6 +269,14 @@ def choose(mode: str) -> Isolation:
                     log.info(
                         "bubblewrap runs without the status reporter: "
                         "a command killed by signal N may be reported as exit 128+N"
+                    )
+                bwrap.overlays = probe_overlays(
+                    SYSTEM_DIRS, executable or "bwrap", (REPORTER_MOUNT,)
+                )
+                if bwrap.overlays is None:
+                    log.info(
+                        "overlayfs is unavailable here: sandboxes see the system read-only, "
+                        "and templates keep only /workspace, /tmp and /home/user"
                     )
                 return bwrap
         if mode == "bwrap":

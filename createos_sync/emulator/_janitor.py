@@ -22,8 +22,10 @@ import os
 import subprocess
 
 # $1: the root. Wait for EOF, then remove it, for up to 5 s while its processes die.
+# chmod first: an overlayfs work dir (a sandbox's writable layer) is left mode 000.
 SCRIPT = (
     'read -r _; i=0; while [ -e "$1" ] && [ "$i" -lt 50 ]; do '
+    'chmod -R u+rwx -- "$1" 2>/dev/null; '
     'rm -rf -- "$1" 2>/dev/null; [ -e "$1" ] && sleep 0.1; i=$((i + 1)); done'
 )
 RELEASE_TIMEOUT = 5.0

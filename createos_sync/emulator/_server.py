@@ -19,9 +19,11 @@ from ._http import Connections, serve
 from ._ingress import PREFIX as INGRESS_PREFIX
 from ._isolation import choose
 from ._janitor import Janitor
+from ._layers import remove_tree
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import LiveProcess, SandboxStore
+from ._templates import TemplateStore
 from ._tls import server_context
 from ._wire import ApiError
 
@@ -92,6 +94,7 @@ class Emulator:
         self._requests = RequestLog()
         self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
         self._store: SandboxStore | None = None
+        self._templates: TemplateStore | None = None
         self._server: BaseWSGIServer | None = None
         self._connections: Connections | None = None
         self._thread: threading.Thread | None = None
@@ -122,8 +125,12 @@ class Emulator:
             journal_bytes=self._journal_bytes,
             frame_bytes=self._frame_bytes,
         )
+        self._templates = TemplateStore(
+            self._store, root / "templates", frame_bytes=self._frame_bytes
+        )
         app = App(
             self._store,
+            self._templates,
             api_key=self.api_key,
             faults=self.faults,
             limiter=self._limiter,
@@ -134,6 +141,7 @@ class Emulator:
             tls = self._tls_context()
             self._server, self._connections = serve(self._host, self._port, app, tls)
         except BaseException:
+            self._templates.close()
             self._store.close()
             self._remove_temp_root()
             raise
@@ -154,6 +162,8 @@ class Emulator:
 
     def close(self) -> None:
         """Kill every process, stop serving, cut open connections, remove the temp root."""
+        if self._templates is not None:
+            self._templates.close()
         if self._store is not None:
             self._store.close()
         if self._server is not None and self._thread is not None:
@@ -176,7 +186,7 @@ class Emulator:
 
     def _remove_temp_root(self) -> None:
         if self._temp_root is not None:
-            shutil.rmtree(self._temp_root, ignore_errors=True)
+            remove_tree(Path(self._temp_root))  # overlay work dirs need their mode fixed
             self._temp_root = None
         if self._janitor is not None:
             self._janitor.release()

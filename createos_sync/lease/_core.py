@@ -9,30 +9,28 @@ from __future__ import annotations
 
 import html
 import logging
-import secrets
 import threading
 import time
-from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from .. import _api, _journal, _registry, _sandbox, _shield
+from .. import _journal, _registry, _sandbox, _shield
 from .._box import Box
 from .._containment import CleanupTime, terminate_unfinished
 from .._deadline import Deadline
-from .._journal import Entry, Journal
+from .._journal import Journal
 from .._options import LeaseOptions, OnExit
 from ..errors import (
-    ConfigError,
     CreateosCleanupError,
     CreateosError,
     LeaseClosed,
-    Operation,
+    SandboxUnavailable,
     add_note,
     attach_cleanup_failure,
     is_cleanup_error,
 )
 from ..models import SandboxInfo
+from ._making import Record, make
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -40,8 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("createos_sync.lease")
 
 L = TypeVar("L", bound="LeaseCore")
-# Sends a request that makes a sandbox (a creation, a fork) from its body; returns the answer.
-Send = Callable[[dict[str, Any], Deadline], dict[str, Any]]
 
 
 class LeaseCore:
@@ -59,7 +55,7 @@ class LeaseCore:
         self._options = options
         self._owns_client = owns_client
         # The record that lets a crashed program's sandbox be found: off only when asked.
-        self._journal = (
+        self._record = Record(
             (journal if journal is not None else Journal())
             if options.journal and _journal.enabled()
             else None
@@ -70,8 +66,6 @@ class LeaseCore:
         self._closed_event = threading.Event()
         self._box: Box | None = None
         self._info: SandboxInfo | None = None
-        self._journal_name: str | None = None
-        self._made_id: str | None = None  # the sandbox open() created, once its id is known
         self._abandoned: CreateosCleanupError | None = None
         self._timer: threading.Timer | None = None
         self._expired = False
@@ -108,7 +102,8 @@ class LeaseCore:
     # --- open / close -----------------------------------------------------
 
     def open(self: L) -> L:
-        """Create (or attach to) the sandbox and wait until it runs.
+        """Create, fork or attach to the sandbox and wait until it runs (a fork made
+        ``start_paused``: until it is paused).
 
         If anything fails once a sandbox was created, the sandbox is destroyed
         before the error propagates; if that destroy fails too, the error is
@@ -159,48 +154,7 @@ class LeaseCore:
                 return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-        if self._options.fork_from is not None:
-            raise NotImplementedError("forks are not built yet (issue 12)")
-        return self._create(
-            deadline,
-            self._options.creation_body(),
-            lambda body, until: _api.create_sandbox(transport, body, until),
-            Operation.SANDBOX_CREATION,
-        )
-
-    def _create(
-        self, deadline: Deadline, body: dict[str, Any], send: Send, operation: str
-    ) -> SandboxInfo:
-        """Make a sandbox (``send`` a creation or a fork) under a unique name, journaled.
-
-        Runs held (see ``open``): from the moment its id is known, the
-        sandbox is ``self._made_id``, which ``_abandon`` destroys.
-        """
-        transport = self._client.transport
-        name = f"{self._options.name or 'createos-sync'}-{secrets.token_hex(6)}"
-        named = {**body, "name": name}
-        if self._journal is not None:
-            self._journal_name = name  # first: removing an entry never written is harmless
-            try:
-                with _shield.delivered():  # nothing exists yet: an interrupt here loses nothing
-                    self._journal.add(Entry(name=name, base_url=transport.config.base_url))
-            except ConfigError:
-                self._journal_name = None  # the journal cannot be written: nothing to forget
-                raise
-        info = _sandbox.created(
-            transport,
-            name,
-            lambda: send(named, deadline),
-            operation=operation,
-            cleanup_deadline=self._cleanup_deadline(),
-            sleep=self._client.sleep,
-        )
-        self._made_id = info.id
-        if self._journal is not None:
-            self._journal.set_sandbox(name, info.id)
-        log.info("created sandbox %s (%s)", info.id, name)
-        with _shield.delivered():
-            return _sandbox.ensure_running(transport, info.id, deadline, self._client.sleep, info)
+        return make(self._client, self._options, self._record, deadline)
 
     def _become_open(self, info: SandboxInfo) -> None:
         with self._lock:
@@ -223,7 +177,7 @@ class LeaseCore:
         An interrupt raised from here (it cut the destroy short) carries a note
         naming the sandbox, which the journal keeps.
         """
-        sandbox_id = self._made_id
+        sandbox_id = self._record.made_id
         try:
             if sandbox_id is None:
                 if not is_cleanup_error(exc):  # nothing was created, or it was found and destroyed
@@ -247,9 +201,11 @@ class LeaseCore:
                     self._client.transport, sandbox_id, self._cleanup_deadline()
                 )
         except BaseException as second:
-            kept = "the lease journal keeps it for `createos-sync reap`" if self._journal else (
-                f"destroy it with `createos-sync destroy {sandbox_id}`"
-            )  # fmt: skip
+            kept = (
+                "the lease journal keeps it for `createos-sync reap`"
+                if self._record.journal
+                else f"destroy it with `createos-sync destroy {sandbox_id}`"
+            )
             attach_cleanup_failure(
                 second,
                 CreateosCleanupError(
@@ -414,9 +370,7 @@ class LeaseCore:
             self._client.close()
 
     def _forget_journal(self) -> None:
-        if self._journal is not None and self._journal_name is not None:
-            self._journal.remove(self._journal_name)
-            self._journal_name = None
+        self._record.forget()
 
     def _expire(self) -> None:
         self._expired = True
@@ -459,9 +413,11 @@ class LeaseCore:
 
     # --- what the capability mixins use ------------------------------------
 
-    def _usable_box(self) -> Box:
+    def _usable_box(self, *, paused_ok: bool = False) -> Box:
+        """The open sandbox; a paused one only when ``paused_ok`` (commands and files need
+        it running: they raise ``SandboxUnavailable`` saying ``resume()`` first)."""
         with self._lock:
-            state, box = self._state, self._box
+            state, box, info = self._state, self._box, self._info
         if state in ("new", "opening"):
             raise LeaseClosed(
                 "this lease is not open: use `with cs.lease() as box:` or call open()"
@@ -480,6 +436,10 @@ class LeaseCore:
                 f"may still be running; close() will destroy sandbox {box.sandbox_id}",
                 sandbox_id=box.sandbox_id,
                 process_ids=box.table.unconfirmed_ids,
+            )
+        if not paused_ok and info is not None and info.status == "paused":
+            raise SandboxUnavailable(
+                box.sandbox_id, "paused", "call resume() first (paused, or forked start_paused)"
             )
         return box
 

@@ -44,6 +44,11 @@ def test_operation_names_are_the_published_ones() -> None:
             "process.resize",
             "process.wait",
             "process.delete",
+            "template.create",
+            "template.list",
+            "template.get",
+            "template.delete",
+            "template.logs",
         ]
     )
 

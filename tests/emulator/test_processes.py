@@ -266,14 +266,23 @@ def test_exec_buffered_and_streamed(any_api: Api) -> None:
 
 def test_bwrap_sandbox_sees_its_own_root_and_pids(bwrap_api: Api) -> None:
     sandbox_id = bwrap_api.sandbox()
-    script = "ls -d /workspace /tmp /home/user; ls /proc | grep -c '^[0-9]'; touch /usr/x"
+    marker = f"/usr/createos-{sandbox_id}"
+    script = f"ls -d /workspace /tmp /home/user; ls /proc | grep -c '^[0-9]'; touch {marker}"
     result = bwrap_api.data(
         "POST", f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "bash", "args": ["-c", script]}
     )["result"]
     lines = result["stdout"].splitlines()
     assert sorted(lines[:3]) == ["/home/user", "/tmp", "/workspace"]
     assert int(lines[3]) < 10  # only the namespace's own processes
-    assert "Read-only file system" in result["stderr"]
+    assert not os.path.exists(marker)  # the host's system is never written
+    store = bwrap_api.emu._require_store()
+    if store.isolation.overlays is None:
+        assert "Read-only file system" in result["stderr"]
+    else:  # written to the sandbox's own layer, over the host's /usr
+        assert result["stderr"] == ""
+        # and nothing else: bubblewrap's own mount points (the reporter) stay out of it
+        root_layer = store.get(sandbox_id).storage.root / "layer" / "_root"
+        assert not (root_layer / "run").exists()
 
 
 def _need_exact_status(api: Api) -> None:

@@ -150,11 +150,11 @@ def test_fork_copies_files_into_a_new_sandbox(api: Api) -> None:
     source = api.sandbox()
     files = f"/v1/sandboxes/{source}/files"
     assert api.call("PUT", files, params={"path": "/workspace/kept"}, data=b"kept").ok
-    fork = api.call("POST", f"/v1/sandboxes/{source}/fork", json={"name": "forked"})
+    fork = api.call("POST", f"/v1/sandboxes/{source}/fork", json={})
     assert fork.status_code == 201
     forked = fork.json()["data"]
     assert forked["id"] != source
-    assert forked["name"] == "forked"
+    assert (forked["status"], forked["forked_from"], forked["name"]) == ("forking", source, None)
     api.wait_status(forked["id"], "running")
     copied = api.call(
         "GET", f"/v1/sandboxes/{forked['id']}/files", params={"path": "/workspace/kept"}

@@ -22,6 +22,12 @@ EXPECTED = {
     "ci_job.py": ["Ran 1 test", "tests passed (demo project: the report above is not kept)"],
     "files_roundtrip.py": ["100% of 3145728 bytes", "every file came back intact"],
     "background_server.py": ["hello from the sandbox", '"GET /hello.txt HTTP/1.1" 200'],
+    "prepare_once.py": [
+        "fork: tool ready: shard 3",
+        "template prepare-once is ready",
+        "template: tool ready: shard 1",
+        "every job ran on the prepared setup",
+    ],
     "web_preview.py": ["preview URL: http://127.0.0.1:", "<h1>hello from a web app in the sandbox"],
 }
 

@@ -190,7 +190,6 @@ def test_invalid_arguments_raise_before_any_request(emulator: Emulator, client: 
     assert operations(emulator) == []
 
 
-@pytest.mark.xfail(strict=True, reason="forks land with issue 12")
 def test_setup_runs_once_and_every_item_forks_its_sandbox(
     emulator: Emulator, client: Client
 ) -> None:

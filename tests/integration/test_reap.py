@@ -300,3 +300,18 @@ def test_reap_forgets_the_entries_of_a_loopback_emulator_that_has_ended(
     assert lines[1].startswith("skipped sb-b: recorded for ")  # its owner (this test) is alive
     assert lines[2].startswith(f"skipped sb-c: recorded for {running.url}")  # still answers
     assert [e.name for e in Journal().entries()] == ["mine-alive", "elsewhere"]
+
+
+def test_reap_finds_the_fork_a_dead_process_was_making(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    url, journal = client.config.base_url, Journal()
+    with client.lease() as source, source.fork() as claimed:
+        # A process died while its fork was in flight: only the source and the time are known.
+        journal.add(Entry(name="fork-in-flight", base_url=url, fork_from=source.id, **DEAD_OWNER))
+        orphan = _api.fork_sandbox(client.transport, str(source.id), {}, Deadline.after(30))["id"]
+        outcomes = {o.name: o for o in reap(client)}
+        assert outcomes["fork-in-flight"].action == "destroyed"
+        assert outcomes["fork-in-flight"].sandbox_ids == (orphan,)  # not the claimed fork
+        assert claimed.id in emulator.live_sandboxes()
+        assert orphan not in emulator.live_sandboxes()

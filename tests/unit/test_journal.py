@@ -65,7 +65,8 @@ def test_the_file_holds_no_more_than_it_needs(journal: Journal) -> None:
     document = json.loads(journal.path.read_text())
     assert document["version"] == 1
     assert set(document["leases"][0]) == {
-        "name", "base_url", "sandbox_id", "pid", "process_start", "host", "created_at"
+        "name", "base_url", "sandbox_id", "fork_from", "pid", "process_start", "host",
+        "created_at",
     }  # fmt: skip
 
 
