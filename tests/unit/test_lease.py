@@ -588,7 +588,8 @@ def test_a_waiting_open_stops_at_a_state_that_will_not_serve(
     with pytest.raises(cs.SandboxUnavailable) as caught:
         client.lease().open()
     assert caught.value.status == status and SANDBOX in str(caught.value)
-    assert len(service.calls("GET")) == 2 and len(sleeps) == 1
+    # one pause before the first poll (the answer said "creating"), one between the two polls
+    assert len(service.calls("GET")) == 2 and len(sleeps) == 2
 
 
 def test_a_waiting_resume_stops_at_error(
