@@ -11,6 +11,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,49 +32,71 @@ MIB = 1 << 20
 class EmulatorProcess:
     """``python -m createos_sync.emulator`` in a child process, on a free loopback port."""
 
-    def __init__(self, *, rate_limit: bool = False, journal_bytes: int | None = None) -> None:
+    def __init__(
+        self, *, rate_limit: bool = False, journal_bytes: int | None = None, tls: bool = False
+    ) -> None:
         self.api_key = secrets.token_urlsafe(24)
         argv = [sys.executable, "-m", "createos_sync.emulator", "--api-key", self.api_key]
         if not rate_limit:
             argv.append("--no-rate-limit")
         if journal_bytes is not None:
             argv += ["--journal-bytes", str(journal_bytes)]
+        if tls:
+            argv.append("--tls")
         self.setup = "emulator in a separate process" + (
             ", rate limit 300/min" if rate_limit else ", no rate limit"
         )
+        self._session = requests.Session()
+        self._errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by close())
+        # The emulator is always this repository's, even when PYTHONPATH points the
+        # client measured here at another copy of createos_sync (a before/after run).
+        env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
         self._proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+            argv, stdout=subprocess.PIPE, stderr=self._errors, text=True, cwd=REPO, env=env
         )
         self.url = ""
         self.isolation = ""
+        self.ca_path: str | None = None
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             if line.startswith("CreateOS emulator listening on "):
                 self.url = line.split()[-1]
             elif line.startswith("isolation: "):
                 self.isolation = line.split()[-1]
+            elif line.startswith("CA certificate: "):
+                self.ca_path = line.split(": ", 1)[1].strip()
             elif line.startswith("export "):
                 break
         if not self.url:
+            self._proc.wait(30)
+            self._errors.seek(0)
+            errors = self._errors.read()[-2000:]
             self.close()
-            raise RuntimeError("the emulator did not start")
-        self.setup += f", isolation {self.isolation}"
-        self._session = requests.Session()
+            raise RuntimeError(f"the emulator did not start: {errors}")
+        self.setup += f", isolation {self.isolation}" + (", HTTPS" if tls else "")
 
     def client(self, **options: Any) -> cs.Client:
+        if self.ca_path is not None:
+            options.setdefault("ca_bundle", self.ca_path)
         return cs.Client(api_key=self.api_key, base_url=self.url, **options)
 
     def requests(self) -> list[dict[str, Any]]:
         """The emulator's request log (method, path, operation, status; never the key)."""
         reply = self._session.get(
-            self.url + "/_emulator/requests", headers={"X-Api-Key": self.api_key}, timeout=30
+            self.url + "/_emulator/requests",
+            headers={"X-Api-Key": self.api_key},
+            timeout=30,
+            verify=self.ca_path or True,
         )
         reply.raise_for_status()
         return list(reply.json()["data"])
 
     def state(self) -> dict[str, Any]:
         reply = self._session.get(
-            self.url + "/_emulator/state", headers={"X-Api-Key": self.api_key}, timeout=30
+            self.url + "/_emulator/state",
+            headers={"X-Api-Key": self.api_key},
+            timeout=30,
+            verify=self.ca_path or True,
         )
         reply.raise_for_status()
         return dict(reply.json()["data"])
@@ -85,6 +108,7 @@ class EmulatorProcess:
 
     def close(self) -> None:
         self._session.close()
+        self._errors.close()
         if self._proc.poll() is None:
             self._proc.terminate()
             try:

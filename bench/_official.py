@@ -10,6 +10,7 @@ raw bytes per frame, so the UTF-8 decoding (incremental, per stream, as
 from __future__ import annotations
 
 import codecs
+import ssl
 from typing import Any
 
 from _workloads import Sink
@@ -30,10 +31,18 @@ def version() -> str | None:
 class OfficialRun:
     """Managed-process runs through the official SDK, on an existing sandbox."""
 
-    def __init__(self, url: str, api_key: str, sandbox_id: str) -> None:
+    def __init__(
+        self, url: str, api_key: str, sandbox_id: str, ca_path: str | None = None
+    ) -> None:
         if createos is None:
             raise RuntimeError(f"createos-sandbox is not importable ({IMPORT_ERROR})")
-        self.client = createos.Client(api_key, base_url=url)
+        http_client = None
+        if ca_path is not None:  # its documented hook: an httpx client of our own
+            import httpx
+
+            http_client = httpx.Client(verify=ssl.create_default_context(cafile=ca_path))
+        self._http = http_client
+        self.client = createos.Client(api_key, base_url=url, http_client=http_client)
         self.sandbox = self.client.get_sandbox(sandbox_id)
 
     def run(self, wrapper_args: list[str], sink: Sink | None = None) -> dict[str, Any]:
@@ -65,5 +74,21 @@ class OfficialRun:
                     raise RuntimeError(f"stream error {event.error_message}")
         raise RuntimeError("the stream ended before the exit frame")
 
+    def write_file(self, path: str, data: bytes) -> None:
+        self.sandbox.files.upload(path, data)
+
+    def read_file(self, path: str) -> bytes:
+        with self.sandbox.files.download(path) as stream:
+            return stream.read()
+
+    def open_close(self, shape: str = "s-1vcpu-1gb") -> None:
+        """Create a sandbox, wait until it runs (its own polling), destroy it."""
+        assert createos is not None
+        sandbox = self.client.create_sandbox(createos.CreateSandboxRequest(shape=shape))
+        sandbox.wait_until_running()
+        sandbox.destroy()
+
     def close(self) -> None:
         self.client.close()
+        if self._http is not None:
+            self._http.close()

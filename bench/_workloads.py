@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,29 +66,59 @@ Sink = Callable[[str, str], None]
 
 
 class RawFloor:
-    """The minimum raw ``requests`` sequence for one managed-process run."""
+    """The minimum raw ``requests`` sequence for one managed-process run (and file transfers,
+    lease open + close), with keep-alive: one session, every body read to its end so that
+    each connection goes back to the pool.
 
-    def __init__(self, url: str, api_key: str, sandbox_id: str) -> None:
+    ``verify`` is passed with every request: a session's own ``verify`` would give way
+    to ``REQUESTS_CA_BUNDLE``.
+    """
+
+    def __init__(
+        self, url: str, api_key: str, sandbox_id: str, verify: str | bool = True
+    ) -> None:
         self.session = requests.Session()
         self.headers = {"X-Api-Key": api_key}
-        self.base = f"{url.rstrip('/')}/v1/sandboxes/{sandbox_id}/processes"
+        self.root = f"{url.rstrip('/')}/v1/sandboxes"
+        self.sandbox = f"{self.root}/{sandbox_id}"
+        self.base = f"{self.sandbox}/processes"
+        self.verify = verify
+
+    def _call(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        reply = self.session.request(
+            method, url, headers=self.headers, verify=self.verify, **kwargs
+        )
+        if not kwargs.get("stream"):
+            reply.raise_for_status()
+        return reply
 
     def run(self, wrapper_args: list[str], sink: Sink | None = None) -> dict[str, Any]:
-        created = self.session.post(
-            self.base, json={"cmd": SHELL, "args": wrapper_args}, headers=self.headers
-        )
-        created.raise_for_status()
+        created = self._call("POST", self.base, json={"cmd": SHELL, "args": wrapper_args})
         pid = created.json()["data"]["process_id"]
-        with self.session.get(
-            f"{self.base}/{pid}/connect",
-            params={"after": "0"},
-            headers=self.headers,
-            stream=True,
+        with self._call(
+            "GET", f"{self.base}/{pid}/connect", params={"after": "0"}, stream=True
         ) as stream:
             stream.raise_for_status()
-            released = self.session.post(f"{self.base}/{pid}/stdin/close", headers=self.headers)
-            released.raise_for_status()
-            return read_ndjson(stream.iter_content(64 * 1024), sink)
+            self._call("POST", f"{self.base}/{pid}/stdin/close")
+            chunks = stream.iter_content(64 * 1024)
+            end = read_ndjson(chunks, sink)
+            for _ in chunks:  # the body ends after the exit frame: read it, reuse the connection
+                pass
+            return end
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self._call("PUT", f"{self.sandbox}/files", params={"path": path}, data=data)
+
+    def read_file(self, path: str) -> bytes:
+        return self._call("GET", f"{self.sandbox}/files", params={"path": path}).content
+
+    def open_close(self, shape: str = "s-1vcpu-1gb") -> None:
+        """Create a sandbox, poll every 50 ms until it runs, destroy it."""
+        info = self._call("POST", self.root, json={"shape": shape}).json()["data"]
+        while info["status"] != "running":
+            time.sleep(0.05)
+            info = self._call("GET", f"{self.root}/{info['id']}").json()["data"]
+        self._call("DELETE", f"{self.root}/{info['id']}")
 
     def close(self) -> None:
         self.session.close()

@@ -27,6 +27,7 @@ previous commit, ``git archive HEAD~1 createos_sync | tar -x -C DIR``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import re
@@ -80,6 +81,9 @@ class FakeStream:
     def chunks(self, size: int = 0) -> Iterator[bytes]:
         return iter(self._chunks)
 
+    def finish(self) -> bool:
+        return True
+
     def close(self) -> None:
         pass
 
@@ -97,13 +101,22 @@ def variant(name: str, chunks: list[bytes], expected: dict[str, int]) -> Callabl
     from createos_sync._follow import Follower
     from createos_sync._output import Capture
 
-    def sdk(deliver: Callable[[str, str], None]) -> None:
-        follower = Follower(lambda after, deadline: FakeStream(chunks), deliver)  # type: ignore[arg-type, return-value]
+    def sdk(deliver: Callable[[str, str], None] | None, keep: Any = None) -> None:
+        def open_stream(after: int, deadline: Any) -> Any:
+            return FakeStream(chunks)
+
+        if keep is None:
+            follower = Follower(open_stream, deliver)
+        else:
+            follower = Follower(open_stream, deliver, keep=keep)
         assert follower.follow(Deadline.after(math.inf)) is not None
 
     def sdk_capture() -> None:
         capture = Capture(4 * 1024 * 1024)
-        sdk(capture.write)
+        if "keep" in inspect.signature(Follower).parameters:
+            sdk(None, keep=capture.write)  # since issue 11: the capture takes raw bytes
+        else:
+            sdk(capture.write)
         assert len(capture.stdout.getvalue()) == min(expected["stdout"], 4 * 1024 * 1024)
 
     def sdk_callback() -> None:

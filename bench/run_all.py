@@ -1,4 +1,4 @@
-"""Every benchmark of issue 5 in one run, then a summary of the headline figures.
+"""Every benchmark of issues 5 and 11 in one run, then a summary of the headline figures.
 
     bench/setup_venv.sh                       # once: bench/.venv with the official SDK
     bench/.venv/bin/python bench/run_all.py   # the published figures (takes ~15 minutes)
@@ -19,6 +19,7 @@ import hotpath
 import latency
 import memory
 import throughput
+import wan
 from _common import heading, machine
 
 RUN_TRUE = 'run("true")'
@@ -43,6 +44,9 @@ def main() -> None:
     )
     mem = memory.measure([20, 100] if quick else [100, 1000])
     conc = concurrency.measure(4, 3, "quick") if quick else concurrency.measure(16, 20, "full")
+    wan_rounds = 3 if quick else 15
+    far = wan.measure(rtt_ms=40, rounds=wan_rounds)
+    near = wan.measure(rtt_ms=0, rounds=wan_rounds)
 
     heading("Summary")
     over = [name for name, r in budgets.items() if not r["ok"]]
@@ -56,13 +60,19 @@ def main() -> None:
         + (f"; official SDK {lat['official SDK']['ratio']:.3f}x" if "official SDK" in lat else "")
     )
     floor = stream["floor (raw requests + decode)"]
-    for name in ("run() capture", "run(on_output=...)", "official SDK process stream"):
+    capture_all = "run() capture, max_output=1 Gi"
+    for name in ("run() capture", capture_all, "run(on_output=...)", "official SDK process stream"):
         if name in stream:
             s = stream[name]
             print(
                 f"3. {name}: {s['mbps']:.0f} MB/s, {s['cpu_per_100mb']:.2f} CPU s/100 MB "
                 f"(floor {floor['mbps']:.0f} MB/s, {floor['cpu_per_100mb']:.2f} CPU s/100 MB)"
             )
+    print(
+        f"3. capture with a large max_output vs callbacks: "
+        f"{stream[capture_all]['mbps'] / stream['run(on_output=...)']['mbps']:.2f}x the speed "
+        "(target >= 0.9x)"
+    )
     for name, figures in hot.items():
         extra = (
             f", {figures['instructions_per_mb'] / 1e6:.1f} M instructions/MB"
@@ -77,6 +87,13 @@ def main() -> None:
         f"{conc['answered_429']} 429 answered, {conc['surfaced_429']} surfaced, "
         f"{conc['correct']}/{conc['expected']} correct"
     )
+    for op, by_variant in far.items():
+        cells = [
+            f"{name} {f['wall']:.2f} RTT / {near[op][name]['wall']:.1f} ms, "
+            f"{f['connections']:g} new conn, {f['requests']:g} req"
+            for name, f in by_variant.items()
+        ]
+        print(f"6. {op} at 40 ms RTT over TLS / loopback: " + "; ".join(cells))
     print(f"total time {time.perf_counter() - started:.0f} s")
 
 

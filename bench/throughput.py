@@ -3,6 +3,7 @@
 Compares, interleaved in one process against one emulator process:
 
 - ``run()`` capturing (default ``max_output``),
+- ``run()`` capturing everything (``max_output`` larger than the output),
 - ``run()`` with an ``on_output`` callback (a cheap character counter),
 - the floor: raw ``requests`` reading the same NDJSON and decoding it
   (json + base64 + incremental UTF-8), with the same counter,
@@ -27,6 +28,8 @@ import _official
 from _common import MB, EmulatorProcess, Stats, cpu_and_wall, heading, machine, paired_ratio
 from _workloads import Counter, RawFloor, gated_wrapper, generator_argv, output_bytes
 
+CAPTURE_ALL = 1 << 30  # characters: more than any output measured here, so nothing is cut
+
 
 def measure(mb: int, repeat: int, profile: bool = False) -> dict[str, Any]:
     heading(f"3. Streaming throughput: {mb} MB of mixed stdout/stderr UTF-8 through one run")
@@ -47,6 +50,11 @@ def measure(mb: int, repeat: int, profile: bool = False) -> dict[str, Any]:
             assert r.exit_code == 0 and r.truncated, r
             assert len(r.stdout) == min(expected["stdout"], 4 * 1024 * 1024)
 
+        def sdk_capture_all() -> None:
+            r = box.run(argv, max_output=CAPTURE_ALL)
+            assert r.exit_code == 0 and not r.truncated, r
+            assert (len(r.stdout), len(r.stderr)) == (expected["stdout"], expected["stderr"])
+
         def sdk_callback() -> None:
             counter = Counter()
             r = box.run(argv, on_output=counter, max_output=1)
@@ -66,6 +74,7 @@ def measure(mb: int, repeat: int, profile: bool = False) -> dict[str, Any]:
         variants: dict[str, Callable[[], None]] = {
             "floor (raw requests + decode)": floor_run,
             "run() capture": sdk_capture,
+            "run() capture, max_output=1 Gi": sdk_capture_all,
             "run(on_output=...)": sdk_callback,
         }
         if official is not None:
@@ -121,6 +130,15 @@ def _report(
                 f"(IQR {cpu_ratio.q1:.2f}-{cpu_ratio.q3:.2f}); 1.00x = as fast as the floor"
             )
         results[name] = {"mbps": speed.median, "cpu_per_100mb": c.median * per100, "wall": w.median}
+    everything, callback = "run() capture, max_output=1 Gi", "run(on_output=...)"
+    speed = paired_ratio(wall[callback], wall[everything])
+    cpu_ratio = paired_ratio(cpu[callback], cpu[everything])
+    print(
+        f"- capturing everything vs the callback path: speed {speed.median:.2f}x "
+        f"(paired IQR {speed.q1:.2f}-{speed.q3:.2f}), CPU efficiency {cpu_ratio.median:.2f}x "
+        f"(IQR {cpu_ratio.q1:.2f}-{cpu_ratio.q3:.2f}); target >= 0.9x"
+    )
+    results["capture_all_vs_callback"] = speed.median
     if not with_official:
         print(f"- official SDK: not measured ({_official.IMPORT_ERROR})")
     return results

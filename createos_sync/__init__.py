@@ -32,11 +32,13 @@ from .errors import (
     OutputLostError,
     ProtocolError,
     SandboxUnavailable,
+    TemplateBuildError,
     UnsafeArchiveError,
     is_cleanup_error,
 )
+from .fanout import map
 from .lease import Lease, OnExit
-from .models import ProcessInfo, SandboxInfo, Shape
+from .models import ProcessInfo, SandboxInfo, Shape, Template
 from .process import Process
 from .result import RunResult
 
@@ -54,12 +56,13 @@ def lease(
     name: str | None = None,
     egress: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
-    ingress: bool = False,
+    ingress: bool | None = False,
     auto_pause_after: int | None = None,
     max_lifetime: float | None = None,
     ttl: float | EllipsisType | None = ...,
     sandbox_id: str | None = None,
     fork_from: str | None = None,
+    start_paused: bool = False,
     on_exit: OnExit | None = None,
     client: Client | None = None,
     timeout: float | None = None,
@@ -83,13 +86,21 @@ def lease(
             sandbox deletes itself (default 900 for a sandbox this lease
             creates or forks, off when attaching; None turns it off).
         sandbox_id: attach to this existing sandbox (resumed if paused).
-        fork_from: make the sandbox a fork of this one (running or paused).
+        fork_from: make the sandbox a fork of this one (running or paused), with
+            a copy of its disk; the lease owns the fork, never the source.
+            ``egress`` and ``env`` are then the fork's (None: the source's), and
+            ``ingress`` is sent as given (None keeps the source's).
+        start_paused: with ``fork_from``, the fork starts paused and the lease
+            opens on it paused (``run()`` raises until ``resume()``).
         on_exit: ``"destroy"`` (default for a created or forked sandbox),
             ``"keep"`` (default when attaching) or ``"pause"``.
         client: defaults to a ``Client()`` from the environment, owned by the lease.
         timeout: the deadline of one operation and the default command timeout.
         journal: record the sandbox in the local lease journal (the crash-safety
-            record ``createos-sync reap`` works from); ``False`` opts out.
+            record ``createos-sync reap`` works from) before it is created; if
+            the journal cannot be written, ``open()`` raises ``ConfigError``
+            before any request. ``False`` (or ``CREATEOS_SYNC_JOURNAL=off`` in
+            the environment) opts out: the lease then keeps no record.
 
     Nothing is sent before ``open()`` / ``with``.
 
@@ -110,6 +121,7 @@ def lease(
         ttl=ttl,
         sandbox_id=sandbox_id,
         fork_from=fork_from,
+        start_paused=start_paused,
         on_exit=on_exit,
         timeout=timeout,
         journal=journal,
@@ -140,11 +152,14 @@ __all__ = [
     "SandboxInfo",
     "SandboxUnavailable",
     "Shape",
+    "Template",
+    "TemplateBuildError",
     "UnsafeArchiveError",
     "__version__",
     "close_all",
     "is_cleanup_error",
     "lease",
     "leases",
+    "map",
     "reap",
 ]

@@ -20,6 +20,7 @@ from .errors import Operation, ProtocolError
 
 PAGE_LIMIT = 500
 STREAM_IDLE_TIMEOUT = 60.0  # no byte, not even a heartbeat, for this long: the stream is dead
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
 def _sandbox(sandbox_id: str) -> str:
@@ -57,6 +58,17 @@ def list_shapes(t: Transport, deadline: Deadline) -> list[Any]:
         "GET", "/shapes", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
     )
     return _items(reply.data, Operation.CATALOG, "shapes")[0]
+
+
+def list_rootfs(t: Transport, deadline: Deadline) -> list[str]:
+    """The names of the published root file systems (the answer is ``{rootfs: [names], ...}``)."""
+    reply = t.call(
+        "GET", "/rootfs", operation=Operation.CATALOG, repeat=Repeat.SAFE, deadline=deadline
+    )
+    names = _object(reply.data, Operation.CATALOG).get("rootfs")
+    if not isinstance(names, list):
+        raise ProtocolError(f"the answer to {Operation.CATALOG} has no list of root file systems")
+    return [name for name in names if isinstance(name, str)]
 
 
 # Sandboxes
@@ -116,9 +128,29 @@ def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
-    """Destroy a sandbox; 404 means it is already gone, which is success."""
-    t.call(
+def fork_sandbox(
+    t: Transport, source_id: str, body: Mapping[str, Any], deadline: Deadline
+) -> dict[str, Any]:
+    """Fork a sandbox: a creation, so never repeated after an unknown outcome (429/503 are)."""
+    reply = t.call(
+        "POST",
+        f"{_sandbox(source_id)}/fork",
+        operation=Operation.SANDBOX_FORK,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body=dict(body),
+    )
+    return _object(reply.data, Operation.SANDBOX_FORK)
+
+
+def reports_forks(sandboxes: list[dict[str, Any]]) -> bool:
+    """Whether a listing says which sandboxes are forks (the field, even null, is present)."""
+    return any("forked_from" in s for s in sandboxes)
+
+
+def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> bool:
+    """Destroy a sandbox; 404 means it is already gone, which is success (False)."""
+    reply = t.call(
         "DELETE",
         _sandbox(sandbox_id),
         operation=Operation.SANDBOX_CLEANUP,
@@ -126,6 +158,7 @@ def delete_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> None:
         deadline=deadline,
         allow=frozenset({404}),
     )
+    return reply.status != 404
 
 
 def request_transition(t: Transport, sandbox_id: str, verb: str, deadline: Deadline) -> bool:
@@ -193,6 +226,93 @@ def _patch_sandbox(
         json_body=body,
     )
     return _object(reply.data, Operation.SANDBOX_SETTINGS)
+
+
+# Templates
+
+
+def _template(template_id: str) -> str:
+    return f"/templates/{quote(template_id, safe='')}"
+
+
+def create_template(
+    t: Transport, name: str, dockerfile: str, base: str | None, deadline: Deadline
+) -> dict[str, Any]:
+    """Submit a build; a lost answer is not repeated (a build may have started)."""
+    body = {"name": name, "dockerfile": dockerfile}
+    if base is not None:
+        body["base"] = base
+    reply = t.call(
+        "POST",
+        "/templates",
+        operation=Operation.TEMPLATE_BUILD,
+        repeat=Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        json_body=body,
+    )
+    data = _object(reply.data, Operation.TEMPLATE_BUILD)
+    checked_id(data.get("id"), "template id in the answer to a template build")
+    return data
+
+
+def get_template(t: Transport, template_id: str, deadline: Deadline) -> dict[str, Any]:
+    reply = t.call(
+        "GET",
+        _template(template_id),
+        operation=Operation.TEMPLATE_MANAGEMENT,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+    )
+    return _object(reply.data, Operation.TEMPLATE_MANAGEMENT)
+
+
+def list_templates(t: Transport, deadline: Deadline) -> Iterator[dict[str, Any]]:
+    """Every template, page by page (one request per 500)."""
+    offset = 0
+    while True:
+        reply = t.call(
+            "GET",
+            "/templates",
+            operation=Operation.TEMPLATE_MANAGEMENT,
+            repeat=Repeat.SAFE,
+            deadline=deadline,
+            params={"limit": str(PAGE_LIMIT), "offset": str(offset)},
+        )
+        items, total = _items(reply.data, Operation.TEMPLATE_MANAGEMENT, "templates")
+        for item in items:
+            yield _object(item, Operation.TEMPLATE_MANAGEMENT)
+        offset += len(items)
+        if not items or total is None or offset >= total:
+            return
+
+
+def delete_template(t: Transport, template_id: str, deadline: Deadline) -> None:
+    """Delete a template; 404 means it is already gone, which is success."""
+    t.call(
+        "DELETE",
+        _template(template_id),
+        operation=Operation.TEMPLATE_MANAGEMENT,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        allow=frozenset({404}),
+    )
+
+
+def follow_template_log(t: Transport, template_id: str, deadline: Deadline) -> Stream:
+    """The build log as NDJSON events ``{ts, level, line, attempt, final, status}``, live.
+
+    (inferred) Each connection replays the log from its first line, then
+    follows it until the final event.
+    """
+    return t.stream(
+        "GET",
+        f"{_template(template_id)}/logs",
+        operation=Operation.TEMPLATE_LOG,
+        repeat=Repeat.REFUSED_ONLY,  # reconnection is the build follower's job
+        deadline=deadline,
+        params={"follow": "true"},
+        idle_timeout=STREAM_IDLE_TIMEOUT,
+    )
 
 
 # Files
@@ -263,15 +383,20 @@ def create_process(
     args: list[str],
     deadline: Deadline,
     *,
+    pty: tuple[int, int] | None = None,
     operation: str = Operation.PROCESS_CREATION,
 ) -> dict[str, Any]:
+    """Create a managed process; with ``pty=(rows, cols)`` it runs on a terminal."""
+    body: dict[str, Any] = {"cmd": cmd, "args": args}
+    if pty is not None:
+        body["pty"] = {"rows": pty[0], "cols": pty[1]}
     reply = t.call(
         "POST",
         f"{_sandbox(sandbox_id)}/processes",
         operation=operation,
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
-        json_body={"cmd": cmd, "args": args},
+        json_body=body,
     )
     data = _object(reply.data, operation)
     checked_id(data.get("process_id"), f"process id in the answer to {operation}")
@@ -321,6 +446,23 @@ def connect_output(
     )
 
 
+def wait_process(
+    t: Transport, sandbox_id: str, process_id: str, timeout_ms: int, deadline: Deadline
+) -> dict[str, Any] | None:
+    """Long-poll until the process's whole tree has exited and return its record; None
+    when ``timeout_ms`` passed first (408: "not yet", never retried by the transport)."""
+    reply = t.call(
+        "GET",
+        f"{_process(sandbox_id, process_id)}/wait",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        params={"scope": "tree", "timeout_ms": str(max(0, timeout_ms))},
+        allow=frozenset({408}),
+    )
+    return None if reply.status == 408 else _object(reply.data, Operation.PROCESS_CONTROL)
+
+
 def close_stdin(t: Transport, sandbox_id: str, process_id: str, deadline: Deadline) -> None:
     """Close the process's stdin; 409 (already closed) is fine."""
     t.call(
@@ -346,6 +488,19 @@ def send_input(
     )
 
 
+def resize_terminal(
+    t: Transport, sandbox_id: str, process_id: str, rows: int, cols: int, deadline: Deadline
+) -> None:
+    """Set a terminal process's size (the same size twice is harmless: PUT-like)."""
+    t.call(
+        "POST",
+        f"{_process(sandbox_id, process_id)}/resize",
+        operation=Operation.PROCESS_CONTROL,
+        repeat=Repeat.SAFE,
+        deadline=deadline,
+        json_body={"rows": rows, "cols": cols},
+    )
+
 
 def terminate_process(
     t: Transport, sandbox_id: str, process_id: str, grace: float, deadline: Deadline
@@ -365,3 +520,29 @@ def terminate_process(
         allow=frozenset({404}),
     )
     return None if reply.status == 404 else _object(reply.data, Operation.PROCESS_CLEANUP)
+
+
+# Any other endpoint
+
+
+def request(
+    t: Transport,
+    method: str,
+    path: str,
+    deadline: Deadline,
+    *,
+    json_body: Any = None,
+    params: dict[str, str] | None = None,
+) -> Any:
+    """One request to an endpoint this module does not wrap (``path`` is checked by the
+    caller); retried as its method allows. Returns the envelope's ``data``."""
+    reply = t.call(
+        method,
+        path,
+        operation=Operation.REQUEST,
+        repeat=Repeat.SAFE if method in IDEMPOTENT_METHODS else Repeat.REFUSED_ONLY,
+        deadline=deadline,
+        params=params,
+        json_body=json_body,
+    )
+    return reply.data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import attrs
 
@@ -11,6 +12,13 @@ from ._containment import ProcessTable
 from ._deadline import Deadline
 from ._http import Transport
 from ._retry import Sleep
+from .errors import SandboxUnavailable
+
+Explain = Callable[[SandboxUnavailable], SandboxUnavailable]
+
+
+def _as_is(error: SandboxUnavailable) -> SandboxUnavailable:
+    return error
 
 
 @attrs.frozen
@@ -22,8 +30,13 @@ class Box:
     table: ProcessTable = attrs.field(factory=ProcessTable)
     sleep: Sleep = attrs.field(default=time.sleep, repr=False)
     # Set when the lease starts closing (possibly from another thread, e.g. at
-    # max_lifetime): a run that then loses its process ends as timed out.
-    closing: threading.Event = attrs.field(factory=threading.Event, repr=False)
+    # max_lifetime); it is the table's, which then refuses new processes.
+    closing: threading.Event = attrs.field(
+        default=attrs.Factory(lambda self: self.table.closing, takes_self=True), repr=False
+    )
+    # What to raise for the sandbox found destroyed under a command: the lease's ttl
+    # watchdog makes it ``LeaseExpired`` when the ttl could have run out.
+    explain: Explain = attrs.field(default=_as_is, repr=False)
 
     def deadline(self, seconds: float | None = None) -> Deadline:
         """A deadline of ``seconds``, by default the client's operation timeout."""

@@ -36,9 +36,21 @@ class Gate(enum.Enum):
     # Wait for one line on stdin; the client releases it with one input
     # request. stdin stays open for the command (background processes).
     STDIN_LINE = "stdin_line"
+    # On a terminal (stdin is the pty): the same read, released by typing
+    # RELEASE_KEY with one input request. The terminal stays the command's
+    # stdin, stdout and stderr.
+    TERMINAL = "terminal"
 
 
 RELEASE_LINE = b"\n"
+# A terminal echoes what is typed, so a release line would show up in the
+# command's output (and a keystroke typed after bash's `read -d` switched the
+# terminal to one-character mode would too). VEOF (Ctrl-D) in the kernel's
+# default canonical mode is never echoed, and is consumed whole by the read it
+# ends, which then returns at once: nothing is shown, nothing is left for the
+# command. (inferred: a new pty on the service starts in canonical mode, with
+# VEOF = Ctrl-D, as every new Linux pty does.)
+RELEASE_KEY = b"\x04"
 _MARKER = "# createos-sync"
 _EXEC_LINE = f"exec {SHELL} -lc "
 _ARGV_EXEC = "exec "
@@ -116,7 +128,7 @@ class Command:
                 lines.append('rm -f -- "$f"')
             else:
                 lines.append("exec 0</dev/null || exit 1")
-        else:
+        else:  # a line, or on a terminal VEOF: a newline delimiter keeps bash off the modes
             lines.append("IFS= read -r _ || :")
         if self.cwd is not None:
             lines.append(f"cd -- {shlex.quote(self.cwd)} || exit 1")

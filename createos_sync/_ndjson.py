@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
+from ._server_text import SIGNAL, token
 from .errors import ProtocolError
 
 log = logging.getLogger("createos_sync.stream")
@@ -39,6 +40,7 @@ class Exit:
 @attrs.frozen(slots=True)
 class Error:
     error: str
+    oldest_available_seq: int | None = None  # on an eviction: where the journal now starts
 
 
 @attrs.frozen(slots=True)
@@ -106,8 +108,10 @@ def parse_json_frame(line: bytes) -> Frame | None:
     if kind == "exit":
         return _exit(obj)
     if kind == "error":
-        error = obj.get("error")
-        return Error(error if isinstance(error, str) else "unknown error")
+        error, oldest = obj.get("error"), obj.get("oldest_available_seq")
+        if isinstance(oldest, bool) or not isinstance(oldest, int) or oldest < 1:
+            oldest = None
+        return Error(error if isinstance(error, str) else "unknown error", oldest)
     log.debug("ignoring an output frame of unknown type")
     return None
 
@@ -159,4 +163,5 @@ def _exit(obj: dict[str, object]) -> Exit:
         raise ProtocolError("an exit frame's signal is not a string")
     if code is None and not signal:
         raise ProtocolError("an exit frame has neither exit_code nor signal")
-    return Exit(code, signal or None)
+    # The signal reaches RunResult.signal and messages: only a signal name is shown.
+    return Exit(code, token(signal or None, SIGNAL))

@@ -129,7 +129,14 @@ def _check_ttl(value: object) -> float | Default | None:
 
 def _check_flag(value: object) -> bool:
     if not isinstance(value, bool):
-        raise TypeError("ingress and journal must be True or False")
+        raise TypeError("journal and start_paused must be True or False")
+    return value
+
+
+def _check_ingress(value: object) -> bool | None:
+    # None: not asked for (a fork keeps its source's setting; a new sandbox has none).
+    if value is not None and not isinstance(value, bool):
+        raise TypeError("ingress must be True, False or None")
     return value
 
 
@@ -143,12 +150,13 @@ class LeaseOptions:
     name: str | None = attrs.field(default=None, converter=_check_name)
     egress: tuple[str, ...] | None = attrs.field(default=None, converter=check_egress)
     env: Mapping[str, str] = attrs.field(factory=dict, converter=validate_env, repr=False)
-    ingress: bool = attrs.field(default=False, converter=_check_flag)
+    ingress: bool | None = attrs.field(default=False, converter=_check_ingress)
     auto_pause_after: int | None = attrs.field(default=None, converter=check_auto_pause)
     max_lifetime: float | None = attrs.field(default=None, converter=_check_max_lifetime)
     ttl: float | Default | None = attrs.field(default=..., converter=_check_ttl)
     sandbox_id: str | None = attrs.field(default=None, converter=_check_sandbox_id)
     fork_from: str | None = attrs.field(default=None, converter=_check_fork_from)
+    start_paused: bool = attrs.field(default=False, converter=_check_flag)
     on_exit: OnExit | None = attrs.field(default=None, converter=_check_on_exit)
     timeout: float | None = attrs.field(default=None, converter=_check_timeout)
     journal: bool = attrs.field(default=True, converter=_check_flag)
@@ -167,6 +175,10 @@ class LeaseOptions:
             raise ValueError(
                 "egress, env and ingress apply to a new sandbox; an attached one keeps its own"
             )
+        if self.fork_from is not None and self.auto_pause_after is not None:
+            raise ValueError("auto_pause_after cannot be chosen for a fork (set it once it runs)")
+        if self.start_paused and self.fork_from is None:
+            raise ValueError("start_paused applies to a fork only (give fork_from)")
 
     @property
     def creates(self) -> bool:
@@ -193,5 +205,19 @@ class LeaseOptions:
             "envs": dict(self.env) or None,
             "ingress_enabled": self.ingress or None,
             "auto_pause_after_seconds": self.auto_pause_after,
+        }
+        return {k: v for k, v in body.items() if v is not None}
+
+    def fork_body(self) -> dict[str, Any]:
+        """The ``POST /sandboxes/{id}/fork`` fields these options ask for.
+
+        The service takes no name on a fork (the name stays in the local
+        journal); what is not given is the source's (ingress None, egress None).
+        """
+        body: dict[str, Any] = {
+            "start_paused": self.start_paused or None,
+            "egress": list(self.egress) if self.egress is not None else None,
+            "envs": dict(self.env) or None,
+            "ingress_enabled": self.ingress,
         }
         return {k: v for k, v in body.items() if v is not None}

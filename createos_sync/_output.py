@@ -1,93 +1,174 @@
-"""Where decoded output goes: bounded capture, the user's callback, live echo."""
+"""Where output goes: the bounded capture (raw bytes, decoded once), the user's callback, echo,
+and the bounded queue a background process's ``output()`` reads."""
 
 from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 OnOutput = Callable[[str, str], None]
+_CONTINUATION = bytes(range(0x80, 0xC0))
+# 1 for a byte that starts a character (or is invalid on its own), 0 for a continuation byte.
+_STARTS = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
 
 
 class TailBuffer:
-    """Keeps the last ``limit`` characters written.
+    """Keeps the last ``limit`` characters of a UTF-8 byte stream, decoding them once.
 
-    A write never copies earlier text: whole chunks are dropped from the front
-    as soon as the chunks after them hold ``limit`` characters on their own,
-    and the kept tail is joined once, when it is read. Small writes are
-    batched into chunks of at least ``BATCH`` characters first, so that
-    memory stays within ``limit`` plus one chunk however text arrives.
+    Output is kept as the bytes that arrived and decoded when read: decoding
+    every frame into str and joining large str chunks (4 bytes a character
+    once one emoji is in) cost as much as everything else a capture does.
+    While fewer than ``limit`` bytes arrived (so fewer than ``limit``
+    characters: all are kept), they go into one growing ``bytearray``, which
+    is decoded as it is: no chunk objects, no join.
+
+    Past that, the bytes are kept in chunks and characters are counted without
+    decoding: each one begins with exactly one byte that is not a UTF-8
+    continuation byte (0x80-0xBF), and an invalid byte decodes to one U+FFFD
+    of its own, so counting the other bytes (``bytes.translate``, a C loop)
+    never overcounts. Whole chunks are dropped from the front once the chunks
+    after them hold ``limit`` such characters; the continuation bytes that a
+    dropped chunk leaves at the front of the next one decode to replacement
+    characters that the final cut removes, and from the first byte after them
+    the decode is the stream's own (UTF-8 resynchronises). Writes under
+    ``BATCH`` bytes are batched first. Memory: the bytes of ``limit``
+    characters, plus one chunk and one batch.
     """
 
     BATCH = 8192
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.truncated = False
-        self._chunks: collections.deque[str] = collections.deque()
-        self._small: list[str] = []
-        self._small_size = 0
+        self._head = bytearray()  # everything, while it is at most limit bytes
+        self._chunks: collections.deque[bytes] = collections.deque()  # past that
+        self._counts: collections.deque[int] = collections.deque()  # characters per chunk
+        self._small = bytearray()  # tiny writes, batched so that memory stays bounded
         self._size = 0
+        self._chars = 0
+        self._dropped = False
+        self._text: str | None = None
+        self._cut = False
 
-    def write(self, text: str) -> None:
-        size = len(text)
-        if not size:
+    def write(self, data: bytes) -> None:
+        if not data:
             return
-        self._size += size
-        if size < self.BATCH or self._small:
-            self._small.append(text)
-            self._small_size += size
-            if self._small_size < self.BATCH:
+        self._text = None
+        self._size += len(data)
+        if not self._chunks:
+            self._head += data
+            if self._size <= self.limit:
+                return  # fewer bytes than limit are fewer characters: all are kept
+            head, self._head = memoryview(self._head), bytearray()
+            for start in range(0, len(head), self.BATCH):  # chunks small enough to drop
+                self._append(bytes(head[start : start + self.BATCH]))
+            return
+        if len(data) < self.BATCH or self._small:
+            self._small += data
+            if len(self._small) < self.BATCH:
                 return
-            text = "".join(self._small)
+            data = bytes(self._small)
             self._small.clear()
-            self._small_size = 0
-        chunks = self._chunks
-        chunks.append(text)
-        while chunks and self._size - len(chunks[0]) >= self.limit:
+        self._append(data)
+
+    def _append(self, data: bytes) -> None:
+        chunks, counts = self._chunks, self._counts
+        count = len(data.translate(None, _CONTINUATION))
+        chunks.append(data)
+        counts.append(count)
+        self._chars += count
+        while len(chunks) > 1 and self._chars - counts[0] >= self.limit:
+            self._chars -= counts.popleft()
             self._size -= len(chunks.popleft())
-            self.truncated = True
+            self._dropped = True
 
     @property
     def held(self) -> int:
-        """Characters held right now (at most ``limit`` plus one chunk)."""
+        """Bytes held right now (those of at most ``limit`` characters plus one chunk)."""
         return self._size
 
+    @property
+    def truncated(self) -> bool:
+        """True if output was cut: more than ``limit`` characters were written."""
+        self.getvalue()
+        return self._dropped or self._cut
+
     def getvalue(self) -> str:
-        if not self._small and len(self._chunks) == 1 and self._size <= self.limit:
-            return self._chunks[0]
-        parts = [*self._chunks, *self._small]
-        excess = self._size - self.limit
-        if excess > 0:  # cut before joining, so that the tail is built only once
-            self.truncated = True
-            while parts and excess >= len(parts[0]):
-                excess -= len(parts.pop(0))
-            if parts:
-                parts[0] = parts[0][excess:]
-        text = "".join(parts)
-        self._chunks.clear()
-        self._small.clear()
-        self._small_size = 0
-        if text:
-            self._chunks.append(text)
-        self._size = len(text)
+        if self._text is not None:
+            return self._text
+        if not self._chunks:
+            self._text = self._head.decode("utf-8", "replace")  # at most limit characters
+            return self._text
+        if self._small:
+            self._append(bytes(self._small))
+            self._small.clear()
+        self._cut_front()
+        chunks = self._chunks
+        if len(chunks) > 1:  # keep the joined bytes: a later read or write starts from them
+            joined = b"".join(chunks)
+            chunks.clear()
+            chunks.append(joined)
+            self._counts.clear()
+            self._counts.append(self._chars)
+        text = chunks[0].decode("utf-8", "replace")
+        if len(text) > self.limit:  # only invalid UTF-8 decodes to more than was counted
+            text = text[len(text) - self.limit :]
+            self._cut = True
+        self._text = text
         return text
+
+    def _cut_front(self) -> None:
+        """Cut the first chunk where the last ``limit`` counted characters begin.
+
+        Decoding then builds the tail alone: slicing it out of a longer decoded
+        str would copy megabytes of text once more.
+        """
+        excess = self._chars - self.limit
+        if excess <= 0:
+            return
+        front = self._chunks[0]  # dropping keeps fewer than limit characters after it
+        start = _start_of_character(front, excess)
+        self._chunks[0] = front[start:]
+        self._counts[0] -= excess
+        self._chars -= excess
+        self._size -= start
+        self._cut = True
+
+
+def _start_of_character(data: bytes, skip: int) -> int:
+    """The offset of the character that follows the first ``skip`` in ``data``.
+
+    A binary search over counts of character starts, each a C loop: no
+    Python loop over the bytes.
+    """
+    marks = data.translate(_STARTS)
+    low, high = 0, len(marks)
+    while low < high:
+        middle = (low + high) // 2
+        if marks.count(1, 0, middle + 1) > skip:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 class Capture:
-    """The captured stdout and stderr of one process, each bounded by ``max_output``."""
+    """The captured stdout and stderr of one process, each bounded by ``max_output``.
+
+    It takes the raw bytes of each frame (``write``); the follower decodes
+    only for live sinks, so a run that only captures never decodes on the way.
+    """
 
     def __init__(self, max_output: int) -> None:
         self.stdout = TailBuffer(max_output)
         self.stderr = TailBuffer(max_output)
 
-    def write(self, stream: str, text: str) -> None:
-        (self.stderr if stream == "stderr" else self.stdout).write(text)
+    def write(self, stream: str, data: bytes) -> None:
+        (self.stderr if stream == "stderr" else self.stdout).write(data)
 
     @property
     def truncated(self) -> bool:
-        self.stdout.getvalue()
-        self.stderr.getvalue()
         return self.stdout.truncated or self.stderr.truncated
 
 
@@ -98,9 +179,11 @@ def echo(stream: str, text: str) -> None:
     target.flush()
 
 
-def fan_out(*sinks: OnOutput | None) -> OnOutput:
-    """One deliver function calling every given sink, in order."""
+def fan_out(*sinks: OnOutput | None) -> OnOutput | None:
+    """One deliver function calling every given sink, in order; None when there is none."""
     active = [sink for sink in sinks if sink is not None]
+    if not active:
+        return None
     if len(active) == 1:
         return active[0]
 
@@ -109,3 +192,37 @@ def fan_out(*sinks: OnOutput | None) -> OnOutput:
             sink(stream, text)
 
     return deliver
+
+
+class LiveOutput:
+    """Output waiting for ``Process.output()``: bounded, never blocking the follower."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: collections.deque[tuple[str, str]] = collections.deque()
+        self._size = 0
+        self._ended = False
+        self._ready = threading.Condition()
+
+    def put(self, stream: str, text: str) -> None:
+        with self._ready:
+            self._items.append((stream, text))
+            self._size += len(text)
+            while self._size > self._limit and len(self._items) > 1:
+                self._size -= len(self._items.popleft()[1])
+            self._ready.notify_all()
+
+    def end(self) -> None:
+        with self._ready:
+            self._ended = True
+            self._ready.notify_all()
+
+    def drain(self) -> Iterator[tuple[str, str]]:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._items or self._ended)
+                if not self._items:
+                    return
+                item = self._items.popleft()
+                self._size -= len(item[1])
+            yield item

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ log = logging.getLogger("createos_sync.lease")
 _open: dict[int, Lease] = {}
 _lock = threading.Lock()
 _hook_installed = False
+_watchers: list[Callable[[Lease], None]] = []
 
 
 def add(lease: Lease) -> None:
@@ -31,6 +33,26 @@ def add(lease: Lease) -> None:
         if not _hook_installed:
             atexit.register(_close_at_exit)
             _hook_installed = True
+        watchers = list(_watchers)
+    for watcher in watchers:
+        watcher(lease)
+
+
+def watch(watcher: Callable[[Lease], None]) -> Callable[[], None]:
+    """Call ``watcher(lease)`` for each lease opened from now on; returns what stops it.
+
+    The pytest plugin's leak check uses it: it must know the leases a test
+    session opened, including those closed since (their sandboxes may live on).
+    """
+    with _lock:
+        _watchers.append(watcher)
+
+    def stop() -> None:
+        with _lock:
+            if watcher in _watchers:
+                _watchers.remove(watcher)
+
+    return stop
 
 
 def discard(lease: Lease) -> None:

@@ -1,12 +1,14 @@
 """Every retry and poll loop of the package: one place, one policy, built on tenacity.
 
-Which failures may be retried follows PROTOCOL.md:
+Which failures may be retried follows PROTOCOL.md and the official SDKs:
 
-- 429 always (the service refused the request before it had any effect);
+- 429 and 503 always, creations included (the service says it did not
+  process the request: rate limited, or no host with capacity right now);
 - a connection that was never established, always (nothing was sent);
-- 500/502/503/504 and a lost answer only for requests that are safe to repeat.
+- 500/502/504 and a lost answer only for requests that are safe to repeat.
   Creations (sandbox, process) are never repeated after those: the first one
   may have taken effect, and there is no idempotency key.
+- 408 never: it is the long poll's "not yet", and its caller decides.
 
 No wait ever runs past the operation's deadline: when the next sleep would
 cross it, the last error is raised instead.
@@ -28,7 +30,8 @@ from .errors import CreateosApiError, OperationTimeout
 T = TypeVar("T")
 Sleep = Callable[[float], None]
 
-RETRYABLE_SERVER_STATUSES = frozenset({500, 502, 503, 504})
+REFUSED_STATUSES = frozenset({429, 503})  # not processed: safe to send again, whatever it does
+UNKNOWN_OUTCOME_STATUSES = frozenset({500, 502, 504})  # may have taken effect
 BACKOFF_FIRST = 0.25
 BACKOFF_MAX = 8.0
 POLL_FIRST = 0.05
@@ -39,7 +42,7 @@ class Repeat(enum.Enum):
     """How safe it is to send a request again after a failure."""
 
     SAFE = "safe"  # idempotent: GET, PUT of a replayable body, DELETE
-    REFUSED_ONLY = "refused_only"  # creations and other one-shot effects: 429 and unsent only
+    REFUSED_ONLY = "refused_only"  # creations and other one-shot effects: 429, 503, unsent
     NEVER = "never"  # a body that cannot be replayed: no retry at all
 
 
@@ -47,12 +50,12 @@ def should_retry(exc: BaseException, repeat: Repeat) -> bool:
     """Decide whether a failed request may be sent again."""
     if repeat is Repeat.NEVER or not isinstance(exc, CreateosApiError):
         return False
-    if exc.status == 429:
+    if exc.status in REFUSED_STATUSES:
         return True
     if exc.status is None and not exc.outcome_unknown:
         return True  # the connection was never made: nothing reached the service
     if repeat is Repeat.SAFE:
-        return exc.status is None or exc.status in RETRYABLE_SERVER_STATUSES
+        return exc.status is None or exc.status in UNKNOWN_OUTCOME_STATUSES
     return False
 
 

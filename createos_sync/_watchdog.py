@@ -47,7 +47,7 @@ from collections.abc import Callable
 
 from . import _api, _background
 from ._box import Box
-from ._containment import terminate_confirmed
+from ._containment import CleanupTime, terminate_confirmed
 from ._deadline import Deadline
 from ._retry import Repeat
 from .errors import (
@@ -203,11 +203,20 @@ class Watchdog:
                 raise self._gone_error()
 
     def hold(self) -> None:
-        """Disarm before a pause (1 request): the sandbox's clock jumps when it resumes."""
+        """Disarm before a pause (1 request): the sandbox's clock jumps when it resumes.
+
+        A sandbox that is not running (409: paused behind the lease's back,
+        by auto-pause say) has its watchdog frozen with it: held as it is.
+        """
         with self._lock:
             if self._state != "armed":
                 return
-            self._write(HOLD)
+            try:
+                self._write(HOLD)
+            except CreateosApiError as exc:
+                if exc.status != 409:
+                    raise
+                log.info("ttl watchdog of sandbox %s held as it is: %s", self._sid(), exc)
             self._state = "held"
             self._cancel_job()
 
@@ -226,11 +235,34 @@ class Watchdog:
             self._confirmed = sent
             self._schedule(self.period)
 
-    def stop(self) -> None:
+    def resumed(self, box: Box, deadline: Deadline) -> None:
+        """After a resume (1 request): re-arm, or arm one never started (a fork made
+        ``start_paused``, whose lease opened on it paused)."""
+        if self._state == "new":
+            self.arm(box, deadline)
+        else:
+            self.rearm()
+
+    def explain(self, error: SandboxUnavailable) -> SandboxUnavailable:
+        """What to raise for the sandbox found destroyed under a command (``Box.explain``):
+        ``LeaseExpired`` when the ttl could have run out since the last renewal."""
+        if error.status not in ("destroying", "destroyed"):
+            return error
+        with self._lock:
+            if self._state == "armed":
+                self._mark_gone()
+            if self._state != "gone" or not self._overdue_when_gone:
+                return error
+            return self._gone_error()
+
+    def stop(self, budget: CleanupTime | None = None) -> None:
         """Let go at close when the sandbox is kept or paused: terminate the watchdog (1 request).
 
-        An unconfirmed termination falls back on writing ``stop``; that
-        write's error is raised. A sandbox found gone instead is recorded (``gone``).
+        ``budget``: the close's cleanup time (a fresh one if None). An
+        unconfirmed termination falls back on writing ``stop``; that write's
+        error is raised. A held watchdog (its sandbox paused) can never fire:
+        it only gets ``stop`` written, and a failure is no error. A sandbox
+        found gone instead is recorded (``gone``).
         """
         with self._lock:
             if self._state == "armed" and self._overdue():
@@ -238,15 +270,18 @@ class Watchdog:
             if self._state not in ("armed", "held"):
                 return
             self._cancel_job()
+            if self._state == "held":  # should anyone resume the sandbox, it exits
+                self._state = "stopped"
+                self._write_quietly(STOP)
+                return
             box = self._box
             assert box is not None and self.process_id is not None
-            if terminate_confirmed(
-                box.transport, box.sandbox_id, self.process_id, deadline=box.cleanup_deadline()
-            ):
+            budget = budget or CleanupTime.of(box.transport)
+            if terminate_confirmed(box.transport, box.sandbox_id, self.process_id, budget=budget):
                 self._state = "stopped"
                 return
             try:
-                self._write(STOP)
+                self._write(STOP, deadline=budget.read())
             except CreateosApiError as exc:
                 if exc.status == 404 and self._found_gone():
                     return
@@ -357,17 +392,21 @@ class Watchdog:
                 return process_id if isinstance(process_id, str) else None
         return None
 
-    def _write(self, content: bytes, *, attempt: bool = False) -> None:
+    def _write(
+        self, content: bytes, *, attempt: bool = False, deadline: Deadline | None = None
+    ) -> None:
         box = self._box
         if box is None:
             raise RuntimeError("the ttl watchdog was never armed")
-        seconds = min(max(self.period / 2, 2.0), ATTEMPT_MAX) if attempt else None
+        if deadline is None:
+            seconds = min(max(self.period / 2, 2.0), ATTEMPT_MAX) if attempt else None
+            deadline = box.deadline(seconds)
         _api.write_file(
             box.transport,
             box.sandbox_id,
             self.path,
             content,
-            box.deadline(seconds),
+            deadline,
             repeat=Repeat.SAFE,  # the same content twice changes nothing
             operation=Operation.TTL,
         )
@@ -392,15 +431,18 @@ class Watchdog:
             return False
         if status not in ("destroying", "destroyed"):
             return False
+        self._mark_gone()
+        return True
+
+    def _mark_gone(self) -> None:
         self._state = "gone"
         self._overdue_when_gone = self._overdue()
         self._cancel_job()
         log.warning(
-            "sandbox %s is gone%s", box.sandbox_id,
+            "sandbox %s is gone%s", self._sid(),
             f": its ttl watchdog deleted it ({self.ttl:g} s without renewal)"
             if self._overdue_when_gone else " (destroyed outside this lease)",
         )  # fmt: skip
-        return True
 
     # --- helpers ------------------------------------------------------------
 

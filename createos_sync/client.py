@@ -2,28 +2,58 @@
 
 from __future__ import annotations
 
+import json as jsonlib
+import math
+import os
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType, TracebackType
+from typing import Any
 
 import requests
 
-from . import _api, _retry
+from . import _api, _retry, templates
 from ._deadline import Deadline
 from ._http import Transport
-from ._options import LeaseOptions, OnExit
-from .config import Config
+from ._options import LeaseOptions, OnExit, check_seconds
+from ._pacer import shared_pacer
+from .config import Config, RateScope
+from .errors import ConfigError
 from .lease import Lease
-from .models import SandboxInfo, Shape
+from .models import SandboxInfo, Shape, Template
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+# One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,
+# percent escape, query string or fragment can be written with these.
+_API_PATH = re.compile(r"(?:/[A-Za-z0-9._~:@!$'()*+,;=-]+)+/?\Z")
 
 
 class Client:
     """A configured connection to CreateOS; safe to share between threads.
 
-    ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
-    ``CREATEOS_API_URL``, ``CREATEOS_SANDBOX_BASE_URL``, then the public
-    service. ``timeout`` is the default deadline of one operation and of one
-    command. ``sleep`` is injectable so that tests of retry paths run instantly.
+    Args:
+        api_key: falls back to ``CREATEOS_API_KEY``.
+        base_url: falls back to ``CREATEOS_API_URL``, then
+            ``CREATEOS_SANDBOX_BASE_URL``, then the public service. HTTPS
+            only, except to a loopback host; a trailing ``/v1`` is accepted.
+        timeout: seconds: the default deadline of one operation and the
+            default command timeout of ``Lease.run`` (cleanup always gets a
+            fresh deadline of its own).
+        max_retries: how often a retryable failure (429, and 5xx or a lost
+            answer for idempotent requests) is tried again.
+        requests_per_minute: the request budget per base URL.
+        rate_scope: who shares that budget: ``"machine"`` (the default) every
+            process of this machine (CreateOS counts requests per caller IP),
+            ``"process"`` only this process's clients.
+        session: a ``requests.Session`` to use (not closed by ``close()``);
+            by default the client makes and owns one.
+        ca_bundle: a PEM file of CA certificates to trust instead of the
+            system's, for this client only (an HTTPS emulator, a TLS-inspecting
+            proxy); falls back to ``CREATEOS_CA_BUNDLE``, and wins over
+            ``REQUESTS_CA_BUNDLE``.
+        sleep: how to wait between retries; injectable so that tests of
+            retry paths run instantly.
 
     Raises:
         ConfigError: invalid or missing configuration (before any request).
@@ -37,7 +67,9 @@ class Client:
         timeout: float = 300.0,
         max_retries: int = 3,
         requests_per_minute: int = 300,
+        rate_scope: RateScope = "machine",
         session: requests.Session | None = None,
+        ca_bundle: str | os.PathLike[str] | None = None,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
         self.config = Config.resolve(
@@ -46,9 +78,16 @@ class Client:
             timeout=timeout,
             max_retries=max_retries,
             requests_per_minute=requests_per_minute,
+            rate_scope=rate_scope,
+            ca_bundle=ca_bundle,
         )
+        if session is not None and ca_bundle is not None:
+            raise ConfigError("give ca_bundle or session, not both (set the session's verify)")
         self.sleep = sleep
-        self.transport = Transport(self.config, session=session, sleep=sleep)
+        pacer = shared_pacer(
+            self.config.base_url, self.config.requests_per_minute, self.config.rate_scope
+        )
+        self.transport = Transport(self.config, session=session, sleep=sleep, pacer=pacer)
 
     def shapes(self) -> list[Shape]:
         """The machine shapes on offer (1 request)."""
@@ -62,14 +101,19 @@ class Client:
         ]
 
     def sandbox(self, sandbox_id: str) -> SandboxInfo:
-        """One sandbox (1 request)."""
+        """The sandbox ``sandbox_id``, read afresh (1 request)."""
         return SandboxInfo.from_api(_api.get_sandbox(self.transport, sandbox_id, self._deadline()))
 
-    def destroy(self, sandbox_id: str) -> None:
-        """Destroy a sandbox; one that is already gone (404) counts as destroyed."""
+    def destroy(self, sandbox_id: str) -> bool:
+        """Destroy the sandbox ``sandbox_id`` (1 request).
+
+        One that is already gone (404) counts as destroyed: no error. Returns
+        True if this call destroyed it, False if the service did not know it
+        (already destroyed, or a mistyped id).
+        """
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise ValueError("sandbox_id must be a non-empty str")
-        _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
+        return _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
 
     def lease(
         self,
@@ -80,17 +124,43 @@ class Client:
         name: str | None = None,
         egress: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
-        ingress: bool = False,
+        ingress: bool | None = False,
         auto_pause_after: int | None = None,
         max_lifetime: float | None = None,
         ttl: float | EllipsisType | None = ...,
         sandbox_id: str | None = None,
         fork_from: str | None = None,
+        start_paused: bool = False,
         on_exit: OnExit | None = None,
         timeout: float | None = None,
         journal: bool = True,
     ) -> Lease:
-        """A lease using this client; the arguments are those of ``createos_sync.lease``."""
+        """A lease using this client, like ``createos_sync.lease`` (see it for the details).
+
+        Args:
+            shape: the machine shape (default ``CREATEOS_SHAPE``, then ``s-1vcpu-1gb``).
+            rootfs: a base image or a ready template's id.
+            region: where to place the sandbox.
+            name: a prefix of the sandbox's unique name.
+            egress: outbound rules (host names, ``*.`` wildcards, CIDRs); None allows all.
+            env: variables of the sandbox (fixed at creation).
+            ingress: make the sandbox's ports reachable by preview URLs.
+            auto_pause_after: the service's idle auto-pause, whole seconds in 60..86400.
+            max_lifetime: seconds after which a timer closes the lease.
+            ttl: the dead man's switch (seconds; None turns it off).
+            sandbox_id: attach to this existing sandbox instead of creating one.
+            fork_from: create the sandbox as a fork of this one (its disk copied;
+                ``egress``, ``env`` are then the fork's, None: the source's; ``ingress``
+                None keeps the source's).
+            start_paused: with ``fork_from``, the fork starts paused, and so
+                does the lease (``run()`` raises until ``resume()``).
+            on_exit: ``"destroy"``, ``"keep"`` or ``"pause"`` at close.
+            timeout: the deadline of one operation and the default command
+                timeout (default: this client's ``timeout``).
+            journal: record the sandbox in the local lease journal (False opts out).
+
+        Nothing is sent before ``open()`` / ``with``.
+        """
         options = LeaseOptions(
             shape=shape,
             rootfs=rootfs,
@@ -104,11 +174,122 @@ class Client:
             ttl=ttl,
             sandbox_id=sandbox_id,
             fork_from=fork_from,
+            start_paused=start_paused,
             on_exit=on_exit,
             timeout=timeout,
             journal=journal,
         )
         return Lease(self, options)
+
+    def build_template(
+        self,
+        name: str,
+        dockerfile: str,
+        *,
+        base: str | None = None,
+        on_log: Callable[[str], None] | None = None,
+        echo: bool = False,
+        timeout: float | None = None,
+    ) -> Template:
+        """Build a template from a Dockerfile's text and return it once it is ``ready``.
+
+        The build log is followed live: ``on_log(line)`` is called once per
+        line, in order (a dropped log stream is reconnected without repeating
+        a line), and ``echo=True`` prints each line (control characters
+        removed). Use the result as ``lease(rootfs=template.id)``.
+
+        Args:
+            name: the template's name (1..128 printable characters).
+            dockerfile: the Dockerfile's text (``FROM``, ``RUN``, ``ENV``, ``WORKDIR``...).
+            base: the root file system to build on when the Dockerfile has no ``FROM``.
+            timeout: seconds for the whole build (default 1800); when they pass,
+                ``OperationTimeout`` is raised and the build goes on at the service.
+
+        Request budget: 1 submission, 1 log stream and 1 read of the ready
+        template (2 when it fails), plus 1 stream per reconnection (and 1 read
+        when a stream ends before the build does).
+
+        Raises:
+            ValueError, TypeError: invalid arguments (an empty name, a Dockerfile
+                that is not text), before any request.
+            TemplateBuildError: the build failed; the message ends with the
+                last lines of its log, ``.template_id`` names the template.
+            OperationTimeout: ``timeout`` passed first.
+            CreateosApiError: the submission was refused, or its outcome was
+                unknown (it is never sent twice: see ``templates()``).
+        """
+        templates.check_build(name, dockerfile, base, on_log, echo)
+        seconds = check_seconds("timeout", timeout) or templates.DEFAULT_BUILD_TIMEOUT
+        return templates.build(
+            self.transport,
+            name,
+            dockerfile,
+            base,
+            on_log=on_log,
+            echo=echo,
+            deadline=Deadline.after(seconds),
+            sleep=self.sleep,
+        )
+
+    def templates(self) -> list[Template]:
+        """Every template of the account (1 request per 500)."""
+        return [
+            Template.from_api(t) for t in _api.list_templates(self.transport, self._deadline())
+        ]
+
+    def template(self, template_id: str) -> Template:
+        """The template ``template_id``, read afresh (1 request)."""
+        _check_id("template_id", template_id)
+        return Template.from_api(_api.get_template(self.transport, template_id, self._deadline()))
+
+    def delete_template(self, template_id: str) -> None:
+        """Delete the template ``template_id`` (1 request); one already gone (404) counts
+        as deleted.
+
+        Sandboxes already made from it are not affected.
+        """
+        _check_id("template_id", template_id)
+        _api.delete_template(self.transport, template_id, self._deadline())
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str | int | float | bool] | None = None,
+    ) -> Any:
+        """Send one request to any endpoint under ``/v1``; return the envelope's ``data``.
+
+        The escape hatch for what the package does not wrap yet (networks,
+        disks, bandwidth, ssh keys): ``client.request("GET", "/whoami")``.
+        ``path`` is relative to ``/v1`` (a leading ``/v1`` is accepted). The
+        request goes through the client's pacer, and its errors are the
+        package's, secret-safe ones (the message of a 4xx is shown scrubbed
+        of the key and of every value ``json`` and ``params`` carried).
+
+        Request budget: 1, plus retries as PROTOCOL.md allows by method: after
+        429 or 503 for every method; after 500, 502, 504 or a lost answer only
+        for GET, HEAD, PUT and DELETE (POST and PATCH may have taken effect);
+        at most ``max_retries`` retries in all.
+
+        Raises:
+            ValueError, TypeError: an unknown method, a path that is not a
+                relative API path (a URL, ``..``, a query string or fragment),
+                ``json`` that is not JSON, or bad ``params``: before any request.
+            CreateosApiError: the service answered with a failure, or not at all.
+        """
+        verb = _checked_method(method)
+        relative = _checked_path(path)
+        if json is not None:
+            try:
+                jsonlib.dumps(json, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"json must be JSON-serialisable ({type(exc).__name__})") from None
+        query = _checked_params(params)
+        return _api.request(
+            self.transport, verb, relative, self._deadline(), json_body=json, params=query
+        )
 
     def close(self) -> None:
         """Release the HTTP session (if this client created it)."""
@@ -130,3 +311,63 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.config.base_url!r})"
+
+
+def client_for(config: Config) -> Client:
+    """A new client with the settings of ``config`` (in another process, or a fresh session)."""
+    return Client(
+        config.api_key,
+        config.base_url,
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+        requests_per_minute=config.requests_per_minute,
+        rate_scope=config.rate_scope,
+    )
+
+
+def _checked_method(method: object) -> str:
+    if not isinstance(method, str):
+        raise TypeError("method must be a str such as 'GET'")
+    verb = method.upper()
+    if verb not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(sorted(METHODS))}")
+    return verb
+
+
+def _checked_path(path: object) -> str:
+    """A path relative to ``/v1``, such as ``/whoami``; never one that leaves the API."""
+    if not isinstance(path, str):
+        raise TypeError("path must be a str such as '/whoami'")
+    relative = path[len("/v1") :] if path.startswith("/v1/") else path
+    segments = relative.split("/")[1:]
+    if not _API_PATH.match(relative) or any(s in (".", "..") for s in segments):
+        raise ValueError(
+            "path must be an API path such as '/whoami': it starts with '/' and holds no "
+            "scheme, host, '..', percent escape, query string or fragment (use params=)"
+        )
+    return relative
+
+
+def _checked_params(params: object) -> dict[str, str] | None:
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise TypeError("params must be a mapping of names to str, int, float or bool")
+    query = {}
+    for name, value in params.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError("params names must be non-empty str")
+        if isinstance(value, bool):
+            query[name] = "true" if value else "false"
+        elif isinstance(value, str) or (
+            isinstance(value, (int, float)) and math.isfinite(value)
+        ):
+            query[name] = str(value)
+        else:
+            raise TypeError(f"params[{name!r}] must be a str, int, finite float or bool")
+    return query
+
+
+def _check_id(what: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty str")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from typing import Literal
 from urllib.parse import urlsplit
 
 import attrs
@@ -16,20 +17,40 @@ DEFAULT_SHAPE = "s-1vcpu-1gb"
 API_KEY_ENV = "CREATEOS_API_KEY"
 BASE_URL_ENVS = ("CREATEOS_API_URL", "CREATEOS_SANDBOX_BASE_URL")
 SHAPE_ENV = "CREATEOS_SHAPE"
+RATE_SCOPES = ("machine", "process")
+RateScope = Literal["machine", "process"]
+CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class ApiKey(str):
+    """The API key: a ``str`` whose repr never shows it.
+
+    Tracebacks rendered with their locals (``pytest -l``, rich, error
+    trackers) show the repr of every local of every frame: a header dict or
+    a config value holding the key must not give it away there.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ApiKey('***')"
 
 
 @attrs.frozen
 class Config:
     """Validated settings of one client. The key never appears in the repr."""
 
-    api_key: str = attrs.field(repr=False)
+    api_key: ApiKey = attrs.field(repr=False, converter=ApiKey)
     base_url: str
     timeout: float = 300.0
     max_retries: int = 3
     requests_per_minute: int = 300
     cleanup_timeout: float = 60.0
+    # "machine": the budget is shared by every process of this machine; "process": by this one.
+    rate_scope: RateScope = "machine"
+    ca_bundle: str | None = None
 
     @property
     def api_root(self) -> str:
@@ -45,9 +66,19 @@ class Config:
         timeout: float = 300.0,
         max_retries: int = 3,
         requests_per_minute: int = 300,
+        rate_scope: RateScope = "machine",
+        ca_bundle: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> Config:
-        """Build a config from arguments and the environment; raise ConfigError if invalid."""
+        """Build a config from arguments and the environment; raise ConfigError if invalid.
+
+        ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
+        ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
+        public service. ``timeout`` (seconds), ``max_retries``,
+        ``requests_per_minute``, ``rate_scope`` and ``ca_bundle`` (else
+        ``CREATEOS_CA_BUNDLE``) are those of ``Client``.
+        ``environ`` replaces ``os.environ`` as the environment read (for tests).
+        """
         env = os.environ if environ is None else environ
         key = api_key if api_key is not None else env.get(API_KEY_ENV)
         url = base_url
@@ -59,6 +90,10 @@ class Config:
             timeout=_positive_seconds("timeout", timeout),
             max_retries=_count("max_retries", max_retries, minimum=0),
             requests_per_minute=_count("requests_per_minute", requests_per_minute, minimum=1),
+            rate_scope=_rate_scope(rate_scope),
+            ca_bundle=validate_ca_bundle(
+                ca_bundle if ca_bundle is not None else env.get(CA_BUNDLE_ENV) or None
+            ),
         )
 
 
@@ -68,13 +103,37 @@ def default_shape(environ: Mapping[str, str] | None = None) -> str:
     return env.get(SHAPE_ENV) or DEFAULT_SHAPE
 
 
-def validate_api_key(key: str | None) -> str:
-    """Return the key if usable as a header value; the message never shows it."""
+def validate_api_key(key: str | None) -> ApiKey:
+    """Return the key if it can be sent as a header value; the message never shows it.
+
+    A header carries printable ASCII: anything else fails at the first request
+    (or is silently rejected by the service), and surrounding whitespace is
+    stripped by servers, so that every request would fail as if unanswered.
+    """
+    if key is not None and not isinstance(key, str):
+        raise ConfigError("the API key must be a str")
     if key is None or not key.strip():
         raise ConfigError(f"no API key: pass api_key= or set {API_KEY_ENV}")
-    if any(c in key for c in "\r\n\0"):
-        raise ConfigError("the API key contains CR, LF or NUL and cannot be sent in a header")
-    return key
+    if not (key.isascii() and key.isprintable()):
+        raise ConfigError(
+            "the API key must be printable ASCII: it holds a character that cannot be sent "
+            "in a header (non-ASCII, a control character such as CR, LF or NUL)"
+        )
+    if key != key.strip():
+        raise ConfigError("the API key starts or ends with whitespace: remove it")
+    return ApiKey(key)
+
+
+def validate_ca_bundle(path: str | os.PathLike[str] | None) -> str | None:
+    """The CA certificates to trust instead of the system's: a PEM file or a hashed directory."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError("ca_bundle must be a path to a PEM file of CA certificates")
+    text = os.fspath(path)
+    if not text or not os.path.exists(text):
+        raise ConfigError(f"ca_bundle {text!r} does not exist")
+    return text
 
 
 def normalize_base_url(url: str) -> str:
@@ -114,3 +173,9 @@ def _count(name: str, value: int, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}")
     return value
+
+
+def _rate_scope(value: object) -> RateScope:
+    if value not in RATE_SCOPES:
+        raise ConfigError(f"rate_scope must be one of {', '.join(map(repr, RATE_SCOPES))}")
+    return value  # type: ignore[return-value]

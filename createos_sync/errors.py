@@ -5,13 +5,14 @@
     CreateosError
     ├── ConfigError (also ValueError)     bad configuration, found before any request
     ├── CreateosApiError                  an HTTP answer (or a lost one) that is a failure:
-    │                                     .status, .operation, .request_id
+    │                                     .status, .operation, .request_id, .server_message
     ├── OperationTimeout (also TimeoutError)   an operation outlived its deadline
     ├── SandboxUnavailable                the sandbox is in a state that cannot serve
     │   └── LeaseExpired                  its ttl watchdog deleted it (renewals stopped)
     ├── LeaseClosed (also RuntimeError)   the lease is not open (closed, expired, never opened)
+    ├── TemplateBuildError                a template build failed: .template_id, log tail
     ├── ProtocolError                     malformed envelope / frame / sequence
-    │   └── OutputLostError               the journal evicted output before it was read
+    │   └── OutputLostError               output could not be read: .lost_through, .result
     ├── CreateosCleanupError              containment unconfirmed: .sandbox_id,
     │                                     .process_ids, .sandbox_destroyed
     ├── UnsafeArchiveError (also ValueError)   a downloaded tar refused before extraction
@@ -19,14 +20,16 @@
         └── CommandTimeout (also TimeoutError)
 
 Messages are built from fixed operation labels, HTTP statuses and ids only:
-never from a response body, a query string, a header or the API key, because
-CreateOS error bodies may echo the request, secrets included.
+never from a raw response body, a query string, a header or the API key,
+because CreateOS error bodies may echo the request, secrets included. The one
+piece of server text shown is the ``message`` of a 4xx answer, once scrubbed
+of the key and of every value the request sent (``_server_text.scrub``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .result import RunResult
@@ -47,12 +50,31 @@ class Operation:
     OUTPUT_CONNECTION = "output connection"
     FILE_TRANSFER = "file transfer"
     EXEC = "housekeeping exec"
+    SANDBOX_FORK = "sandbox fork"
+    TEMPLATE_BUILD = "template build"
+    TEMPLATE_LOG = "template build log"
+    TEMPLATE_MANAGEMENT = "template management"
     PORT_WAIT = "port wait"
     TTL = "ttl watchdog"
+    REQUEST = "API request"
 
 
 class CreateosError(Exception):
     """Base class of every error this package raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle rebuilds an exception as ``cls(*args)``, which the subclasses' own
+        # signatures refuse; rebuild from args and attributes instead, so that an error
+        # raised in another process (``cs.map`` on a process pool or a Dask cluster)
+        # comes back whole: its class, fields, notes and attached cleanup failures.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[CreateosError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(CreateosError, ValueError):
@@ -65,7 +87,9 @@ class CreateosApiError(CreateosError):
     ``status`` is the HTTP status, or ``None`` when no answer arrived (a
     connection error or a timeout). ``outcome_unknown`` is true when the
     request may have taken effect although it failed (a creation whose reply
-    was lost).
+    was lost). ``server_message`` is the service's own explanation of a 4xx
+    ("unknown shape"), scrubbed of the API key and of every value the request
+    sent, at most about 200 printable characters; None for a 5xx or no answer.
     """
 
     def __init__(
@@ -77,12 +101,14 @@ class CreateosApiError(CreateosError):
         detail: str | None = None,
         outcome_unknown: bool = False,
         retry_after: float | None = None,
+        server_message: str | None = None,
     ) -> None:
         self.operation = operation
         self.status = status
         self.request_id = request_id
         self.outcome_unknown = outcome_unknown
         self.retry_after = retry_after
+        self.server_message = server_message
         what = f"HTTP {status}" if status is not None else "no answer"
         message = f"{what} during {operation}"
         if request_id:
@@ -138,12 +164,47 @@ class LeaseClosed(CreateosError, RuntimeError):
     """The lease is not open: never opened, already closed, or expired."""
 
 
+class TemplateBuildError(CreateosError):
+    """A template build ended ``failed``; the message ends with the last lines of its log.
+
+    ``template_id`` names the failed template (it still exists: delete it
+    with ``client.delete_template``); ``log_tail`` holds those last lines,
+    control characters removed and each line bounded.
+    """
+
+    def __init__(self, template_id: str, name: str, log_tail: Sequence[str]) -> None:
+        self.template_id = template_id
+        self.log_tail = tuple(log_tail)
+        message = f"template {name!r} ({template_id}) failed to build"
+        if self.log_tail:
+            message += "; the end of its build log:\n" + "\n".join(
+                f"  | {line}" for line in self.log_tail
+            )
+        else:
+            message += " (its build log is empty)"
+        super().__init__(message)
+
+
 class ProtocolError(CreateosError):
     """The service answered something the protocol does not allow."""
 
 
 class OutputLostError(ProtocolError):
-    """Output was evicted from the process's journal before it could be read."""
+    """Output could not be read: evicted from the process's journal, or unreachable.
+
+    ``lost_through`` is the sequence number of the last output frame that
+    cannot be read (None when the service did not say). ``result`` is the
+    ``RunResult`` when the command's end is known all the same (its exit
+    status recovered after the stream kept dropping): its output is what was
+    read before the loss.
+    """
+
+    def __init__(
+        self, message: str, *, lost_through: int | None = None, result: RunResult | None = None
+    ) -> None:
+        self.lost_through = lost_through
+        self.result = result
+        super().__init__(message)
 
 
 class CreateosCleanupError(CreateosError):
@@ -174,8 +235,35 @@ class UnsafeArchiveError(CreateosError, ValueError):
     archive is damaged."""
 
 
+# What a failure's message shows of the command's stderr: its last lines, each shortened.
+_TAIL_LINES = 5
+_TAIL_LINE_CHARS = 200
+
+
+def _stderr_tail(stderr: str) -> str:
+    """The last few non-blank lines of ``stderr``, indented, shortened and stripped of
+    control characters (a terminal must not interpret them), or "" when there are none."""
+    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    shown = []
+    for line in lines[-_TAIL_LINES:]:
+        clean = "".join(c if c.isprintable() else "?" for c in line.expandtabs(4))
+        if len(clean) > _TAIL_LINE_CHARS:
+            clean = clean[: _TAIL_LINE_CHARS - 3] + "..."
+        shown.append(f"  {clean}")
+    if not shown:
+        return ""
+    cut = len(lines) - len(shown)
+    head = f"stderr (last {len(shown)} of {len(lines)} lines):" if cut else "stderr:"
+    return "\n".join([head, *shown])
+
+
 class CommandFailed(CreateosError):
-    """A command run with ``check=True`` exited non-zero; ``.result`` has its output."""
+    """A command run with ``check=True`` exited non-zero; ``.result`` has its output.
+
+    The message ends with the last few lines of the command's stderr (at most
+    five, each cut at 200 characters, control characters shown as ``?``), as
+    ``subprocess`` users end up printing by hand; ``.result.stderr`` keeps all.
+    """
 
     def __init__(self, result: RunResult, message: str | None = None) -> None:
         self.result = result
@@ -185,6 +273,9 @@ class CommandFailed(CreateosError):
             else:
                 ended = f"exited with status {result.exit_code}"
             message = f"command {result.describe_args()} {ended} (process {result.process_id})"
+            tail = _stderr_tail(result.stderr)
+            if tail:
+                message += "\n" + tail
         super().__init__(message)
 
 
@@ -194,11 +285,12 @@ class CommandTimeout(CommandFailed, TimeoutError):
     def __init__(self, result: RunResult, timeout: float | None = None) -> None:
         self.timeout = timeout
         limit = f" of {timeout:g} s" if timeout is not None else ""
-        super().__init__(
-            result,
+        message = (
             f"command {result.describe_args()} timed out after its limit{limit}"
-            f" (process {result.process_id})",
+            f" (process {result.process_id})"
         )
+        tail = _stderr_tail(result.stderr)
+        super().__init__(result, f"{message}\n{tail}" if tail else message)
 
 
 def may_have_taken_effect(exc: BaseException) -> bool:

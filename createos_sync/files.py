@@ -28,15 +28,15 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, BinaryIO
 
-from . import _api, _archive
+from . import _api, _archive, _progress
 from ._box import Box
 from ._deadline import Deadline
 from ._http import Body
 from ._retry import ReconnectBudget, Repeat
-from .errors import CommandFailed, CreateosApiError, CreateosError, add_note
+from .errors import CommandFailed, CreateosApiError, CreateosError, ProtocolError, add_note
 from .result import RunResult
 
 log = logging.getLogger("createos_sync.files")
@@ -68,8 +68,27 @@ def check_remote_path(path: str) -> str:
 
 
 def check_progress(progress: object) -> None:
-    if progress is not None and not callable(progress):
-        raise TypeError("progress must be a callable taking (done_bytes, total_bytes)")
+    if progress is not None and not isinstance(progress, bool) and not callable(progress):
+        raise TypeError(
+            "progress must be True (a ready-made bar), False, None, "
+            "or a callable taking (done_bytes, total_bytes)"
+        )
+
+
+@contextlib.contextmanager
+def metered(progress: Progress | bool | None, label: str) -> Iterator[Meter]:
+    """A ``Meter`` for ``progress``: a callback, ``True`` for a ready-made display
+    (see ``_progress``) labelled ``label`` and closed at the end, or nothing."""
+    if progress is not True:
+        yield Meter(progress or None)
+        return
+    shown = _progress.display(label)
+    try:
+        yield Meter(shown)
+    except BaseException:
+        shown.close(complete=False)
+        raise
+    shown.close()
 
 
 def scratch_path(kind: str, suffix: str = "") -> str:
@@ -93,6 +112,11 @@ class Meter:
         self.done = 0
         self.total: int | None = None
         self._last = 0.0
+
+    @property
+    def reporting(self) -> bool:
+        """True when there is a callback to report to."""
+        return self._progress is not None
 
     def start(self, total: int | None) -> None:
         self.done, self.total = 0, total
@@ -154,6 +178,10 @@ def request_body(data: FileData, meter: Meter | None = None) -> tuple[Body, Repe
     """The PUT body for ``data``, and whether a failed PUT may be sent again."""
     check_data(data)
     meter = meter or Meter(None)
+    if isinstance(data, (str, bytes)) and not meter.reporting:
+        # In one piece: streamed from memory, http.client would send it in 16 KiB
+        # blocks, a Python call and a TLS record each, with no progress to report.
+        return (data.encode("utf-8") if isinstance(data, str) else data), Repeat.SAFE
     if isinstance(data, str):
         data = io.BytesIO(data.encode("utf-8"))
     elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -296,6 +324,22 @@ def _part_file(beside: str, suffix: str = ".part") -> Iterator[tuple[str, Binary
 
 
 # --- directories -------------------------------------------------------------
+
+# One line per path argument: "d" for a directory (or a link to one), "f" for anything else.
+DIRECTORY_PROBE = 'for p do if [ -d "$p" ]; then echo d; else echo f; fi; done'
+
+
+def directories(box: Box, paths: Sequence[str], deadline: Deadline) -> frozenset[str]:
+    """Which of the remote ``paths`` are directories: 1 exec, however many paths."""
+    result = _api.exec_command(
+        box.transport, box.sandbox_id, "/bin/sh", ["-c", DIRECTORY_PROBE, "sh", *paths], deadline
+    )
+    stdout = result.get("stdout")
+    answers = stdout.split() if isinstance(stdout, str) else []
+    if result.get("exit_code") != 0 or len(answers) != len(paths) or set(answers) - {"d", "f"}:
+        raise ProtocolError("the sandbox's answer to a directory probe is not understood")
+    return frozenset(p for p, answer in zip(paths, answers, strict=True) if answer == "d")
+
 
 
 def upload_dir(

@@ -1,4 +1,4 @@
-"""Immutable views of the API's JSON: shapes, sandboxes, processes.
+"""Immutable views of the API's JSON: shapes, sandboxes, processes, templates.
 
 Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
@@ -15,9 +15,11 @@ from typing import Any
 
 import attrs
 
-from ._server_text import egress_rules, url_template
+from ._server_text import SIGNAL, STATUS, TEMPLATE_STATUS, egress_rules, token, url_template
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
+# A sandbox in one of these states will not serve again: waits stop there.
+SANDBOX_UNAVAILABLE = frozenset({"error", "failed", "destroying", "destroyed"})
 
 
 def _str(data: Mapping[str, Any], key: str) -> str | None:
@@ -64,6 +66,7 @@ class Shape:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Shape:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         return cls(
             id=_str(data, "id") or "",
             vcpu=_number(data, "vcpu"),
@@ -94,13 +97,16 @@ class SandboxInfo:
     # Preview URLs: replace "<port>" (``Lease.preview_url`` does, and checks the result).
     ingress_url_template: str | None = None
     egress: tuple[str, ...] | None = None
+    forked_from: str | None = None
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> SandboxInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         rules = egress_rules(data.get("egress"))
         return cls(
             id=_str(data, "id") or "",
-            status=_str(data, "status") or "unknown",
+            # Shown in reprs and messages: a known status, or a fixed placeholder.
+            status=token(data.get("status"), STATUS) or "unknown",
             shape=_str(data, "shape"),
             rootfs=_str(data, "rootfs"),
             region=_str(data, "region"),
@@ -115,6 +121,7 @@ class SandboxInfo:
             ingress_enabled=_bool(data, "ingress_enabled"),
             ingress_url_template=url_template(data.get("ingress_url_template")),
             egress=tuple(rules) if rules is not None else None,
+            forked_from=_str(data, "forked_from"),
         )
 
 
@@ -134,6 +141,7 @@ class ProcessInfo:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
         output = data.get("output")
         output = output if isinstance(output, Mapping) else {}
         return cls(
@@ -143,7 +151,42 @@ class ProcessInfo:
             leader_exited=_bool(data, "leader_exited"),
             tree_exited=_bool(data, "tree_exited"),
             exit_code=_int(data, "exit_code"),
-            signal=_str(data, "signal"),
+            signal=token(_str(data, "signal"), SIGNAL),
             oldest_seq=_int(output, "oldest_seq"),
             newest_seq=_int(output, "newest_seq"),
+        )
+
+
+@attrs.frozen
+class Template:
+    """A custom root file system built from a Dockerfile; use it as ``rootfs=template.id``.
+
+    ``status`` is ``pending``, ``building``, ``ready`` or ``failed``. The
+    Dockerfile itself is not kept (the service returns it only on request).
+    """
+
+    id: str
+    name: str
+    status: str
+    base: str | None = None
+    created_at: datetime | None = None
+    built_at: datetime | None = None
+    size_bytes: int | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Template:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        return cls(
+            id=_str(data, "id") or "",
+            name=_str(data, "name") or "",
+            # Shown in messages and `template ls`: a known status, or a fixed placeholder.
+            status=token(data.get("status"), TEMPLATE_STATUS) or "unknown",
+            base=_str(data, "base") or None,
+            created_at=_time(data, "created_at"),
+            built_at=_time(data, "built_at"),
+            size_bytes=_int(data, "ext4_size_bytes"),
         )

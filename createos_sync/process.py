@@ -3,34 +3,39 @@
 ``Lease.run`` and background ``Process`` objects share this one engine. A
 plain ``run("true")`` costs three requests: process creation, the output
 stream, and the stdin close that releases the start gate. ``stdin=`` adds
-one upload of the staged input.
+one upload of the staged input. A terminal process (``pty``) costs the same:
+its gate is released by a typed key instead (see ``_command.RELEASE_KEY``).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
-from . import _api, files
+from . import _api, _sandbox, files
 from ._box import Box
-from ._command import RELEASE_LINE, SHELL, Command, Gate, unwrap
-from ._containment import DEFAULT_GRACE, terminate_confirmed
+from ._command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate, unwrap
+from ._containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
 from ._deadline import Deadline
-from ._follow import Deliver, Follower
+from ._follow import Deliver, Follower, Keep
 from ._http import Stream
 from ._ndjson import Exit
-from ._output import Capture, fan_out
+from ._output import Capture, LiveOutput, fan_out
+from ._recovery import ServiceRecovery
+from ._terminal import EOF_KEY, Size, checked_size
 from .errors import (
     CreateosApiError,
     CreateosCleanupError,
     CreateosError,
+    LeaseClosed,
     OperationTimeout,
+    ProtocolError,
     SandboxUnavailable,
+    add_note,
     may_have_taken_effect,
 )
 from .models import ProcessInfo
@@ -50,52 +55,110 @@ def validate_stdin(stdin: object) -> None:
 
 
 def launch(
-    box: Box, command: Command, *, gate: Gate, stdin: StdinData | None, deadline: Deadline
+    box: Box,
+    command: Command,
+    *,
+    gate: Gate,
+    stdin: StdinData | None,
+    deadline: Deadline,
+    pty: Size | None = None,
 ) -> str:
-    """Stage stdin if any, create the process, and record it; return its id.
+    """Stage stdin if any, create the process (on a terminal if ``pty``), record it; its id.
 
-    A creation whose outcome is unknown poisons the lease: a process may
-    exist that nobody can name, so the sandbox must be destroyed at close.
+    A creation whose outcome is unknown (no answer, or one without a usable
+    ``process_id``) poisons the lease: a process may exist that nobody can
+    name, so the sandbox must be destroyed at close. Once the lease closes,
+    no creation is sent (``LeaseClosed``); one sent before is waited for by
+    ``close()``, which then terminates its process.
     """
+    if box.closing.is_set():
+        raise LeaseClosed("this lease is closing: no new process may start in it")
     staged = None
     if stdin is not None:
         staged = files.scratch_path("stdin")
         files.write(box, staged, stdin, deadline)
     args = command.wrapper(gate, staged)
-    try:
-        record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
-    except BaseException as exc:
-        if not may_have_taken_effect(exc):
-            raise
-        box.table.ambiguous_creation()
-        log.error(
-            "process creation in sandbox %s failed without a clear answer: the lease is "
-            "poisoned and will destroy the sandbox when it closes",
-            box.sandbox_id,
-        )
-        if isinstance(exc, CreateosApiError):
-            raise CreateosApiError(
-                exc.operation,
-                exc.status,
-                request_id=exc.request_id,
-                outcome_unknown=True,
-                detail=f"the process may have been created; the lease is poisoned and will "
-                f"destroy sandbox {box.sandbox_id} when it closes",
-            ) from None
-        raise
-    process_id: str = record["process_id"]
-    box.table.started(process_id)
+    with box.table.creating():
+        try:
+            record = _api.create_process(
+                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty
+            )
+        except BaseException as exc:
+            if isinstance(exc, CreateosApiError) and exc.status == 409:
+                # The sandbox may have failed: that, not "HTTP 409", is what the caller must learn.
+                detail = "it can no longer start processes"
+                _sandbox.raise_if_unavailable(
+                    box.transport, box.sandbox_id, deadline, detail, box.explain
+                )
+            if not may_have_taken_effect(exc):
+                raise
+            _poison(box, exc)
+        process_id: str = record["process_id"]
+        box.table.started(process_id)
     log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
+    if pty is not None and record.get("kind", "pty") != "pty":
+        # On pipes, the key that releases a terminal's gate would never
+        # release it: the process would wait forever. It must not stay.
+        Execution(box, process_id, lambda stream, text: None).terminate()
+        raise ProtocolError(f"the service started process {process_id} without a terminal")
     return process_id
+
+
+def release(
+    box: Box, process_id: str, gate: Gate, deadline: Deadline, *, typed: bytes = b""
+) -> None:
+    """Open the start gate (1 request); ``typed`` follows the release key on a terminal."""
+    if gate is Gate.STDIN_EOF:
+        _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
+        return
+    key = RELEASE_LINE if gate is Gate.STDIN_LINE else RELEASE_KEY + typed
+    _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
+
+
+def _poison(box: Box, exc: BaseException) -> NoReturn:
+    """A process creation of unknown outcome: poison the lease, and say so in the error."""
+    box.table.ambiguous_creation()
+    log.error(
+        "process creation in sandbox %s failed without a clear answer: the lease is "
+        "poisoned and will destroy the sandbox when it closes",
+        box.sandbox_id,
+    )
+    poisoned = (
+        "the process may have been created; the lease is poisoned and will destroy "
+        f"sandbox {box.sandbox_id} when it closes"
+    )
+    if isinstance(exc, CreateosApiError):
+        raise CreateosApiError(
+            exc.operation,
+            exc.status,
+            request_id=exc.request_id,
+            outcome_unknown=True,
+            detail=poisoned,
+        ) from None
+    if isinstance(exc, ProtocolError):  # an answer without a usable process id
+        raise ProtocolError(f"{exc}; {poisoned}") from None
+    add_note(exc, poisoned)
+    raise exc
 
 
 class Execution:
     """One managed process followed from this client: its output and its end."""
 
-    def __init__(self, box: Box, process_id: str, deliver: Deliver, *, after: int = 0) -> None:
+    def __init__(
+        self,
+        box: Box,
+        process_id: str,
+        deliver: Deliver | None,
+        *,
+        keep: Keep | None = None,
+        after: int = 0,
+    ) -> None:
         self.box = box
         self.id = process_id
-        self.follower = Follower(self._connect, deliver, after=after, sleep=box.sleep)
+        recovery = ServiceRecovery(box, process_id)
+        self.follower = Follower(
+            self._connect, deliver, keep=keep, after=after, sleep=box.sleep, recovery=recovery
+        )
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
         return _api.connect_output(
@@ -109,16 +172,13 @@ class Execution:
             self.box.table.finished(self.id)
         return exit_frame
 
-    def close_stdin(self, deadline: Deadline) -> None:
-        _api.close_stdin(self.box.transport, self.box.sandbox_id, self.id, deadline)
-
     def terminate(self, grace: float = DEFAULT_GRACE) -> bool:
         """Terminate the tree under a fresh deadline; True if its end is confirmed."""
         confirmed = terminate_confirmed(
             self.box.transport,
             self.box.sandbox_id,
             self.id,
-            deadline=self.box.cleanup_deadline(),
+            budget=CleanupTime.of(self.box.transport),
             grace=grace,
         )
         self.box.table.settle(self.id, confirmed)
@@ -146,35 +206,54 @@ def run(
     stdin: StdinData | None,
     timeout: float,
     capture: Capture,
-    deliver: Deliver,
+    deliver: Deliver | None,
     escalate: Callable[[], None],
+    pty: Size | None = None,
 ) -> RunResult:
     """Run ``command`` to its end, or to its timeout, and return what it left behind.
 
     Whatever interrupts the run (an error, Ctrl-C) first terminates the
     process tree, then propagates. ``escalate`` is called when a second
-    Ctrl-C arrives during that termination: it destroys the sandbox.
+    Ctrl-C arrives during that termination: it destroys the sandbox. A
+    process that closing the lease terminated (from another thread) raises
+    ``LeaseClosed``, or, when the lease reached its ``max_lifetime``, ends
+    as timed out; one that exited on its own meanwhile keeps its result. On
+    a terminal, nobody types: the release key is followed by a Ctrl-D, so
+    that a command reading lines sees the end of its input at once, as a
+    pipe command sees an empty stdin.
     """
     started = time.monotonic()
     deadline = Deadline.after(timeout)
-    process_id = launch(box, command, gate=Gate.STDIN_EOF, stdin=stdin, deadline=deadline)
-    execution = Execution(box, process_id, deliver)
+    gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
+    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
+    execution = Execution(box, process_id, deliver, keep=capture.write)
     try:
-        exit_frame = execution.follow(deadline, release=lambda: execution.close_stdin(deadline))
+        exit_frame = execution.follow(
+            deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
+        )
     except BaseException as exc:
         if not (box.closing.is_set() and isinstance(exc, CreateosError)):
             stop(execution, escalate)
             raise
-        exit_frame = None  # the lease was closed under this run (max_lifetime): a timeout
+        exit_frame, cut = None, True  # the lease closed under this run
     else:
+        # killed by a signal after closing began terminating it: cut short by close()
+        cut = exit_frame is not None and exit_frame.signal is not None and (
+            box.table.was_cut(process_id)
+        )
         if exit_frame is None:
             log.info("process %s timed out after %g s: terminating it", process_id, timeout)
             stop(execution, escalate)
     execution.follower.flush()
-    timed_out = exit_frame is None or box.closing.is_set()
+    if cut and not box.table.expired:
+        raise LeaseClosed(
+            f"the lease was closed while command {describe_args(command.args)} ran: closing it "
+            f"terminated process {process_id}"
+        )
+    timed_out = exit_frame is None or cut
     signal = None if exit_frame is None else exit_frame.signal
     exit_code = None if timed_out or exit_frame is None or signal else exit_frame.exit_code
-    return RunResult(
+    result = RunResult(
         args=command.args,
         exit_code=exit_code,
         stdout=capture.stdout.getvalue(),
@@ -186,40 +265,8 @@ def run(
         duration=time.monotonic() - started,
         timeout=timeout,
     )
-
-
-class LiveOutput:
-    """Output waiting for ``Process.output()``: bounded, never blocking the follower."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._items: collections.deque[tuple[str, str]] = collections.deque()
-        self._size = 0
-        self._ended = False
-        self._ready = threading.Condition()
-
-    def put(self, stream: str, text: str) -> None:
-        with self._ready:
-            self._items.append((stream, text))
-            self._size += len(text)
-            while self._size > self._limit and len(self._items) > 1:
-                self._size -= len(self._items.popleft()[1])
-            self._ready.notify_all()
-
-    def end(self) -> None:
-        with self._ready:
-            self._ended = True
-            self._ready.notify_all()
-
-    def drain(self) -> Iterator[tuple[str, str]]:
-        while True:
-            with self._ready:
-                self._ready.wait_for(lambda: self._items or self._ended)
-                if not self._items:
-                    return
-                item = self._items.popleft()
-                self._size -= len(item[1])
-            yield item
+    execution.follower.raise_if_lost(result)
+    return result
 
 
 class Process:
@@ -228,7 +275,8 @@ class Process:
     Its output is followed from a thread as soon as it starts, so nothing is
     evicted from the journal while nobody reads: ``output()`` iterates over
     it live, ``wait()`` returns the ``RunResult``. Unfinished processes are
-    terminated when the lease closes.
+    terminated when the lease closes. ``terminal`` says whether it runs on a
+    terminal (``pty=``).
     """
 
     def __init__(
@@ -242,9 +290,11 @@ class Process:
         echo: Deliver | None = None,
         stdin_open: bool = False,
         after: int = 0,
+        terminal: bool = False,
     ) -> None:
         self.id = process_id
         self.args = args
+        self.terminal = terminal
         self._box = box
         self._stdin_open = stdin_open
         self._capture = Capture(max_output)
@@ -252,7 +302,8 @@ class Process:
         self._execution = Execution(
             box,
             process_id,
-            fan_out(self._capture.write, self._live.put, on_output, echo),
+            fan_out(self._live.put, on_output, echo),
+            keep=self._capture.write,
             after=after,
         )
         self._started = time.monotonic()
@@ -311,7 +362,7 @@ class Process:
             raise self._error
         terminated = self._exit is None or self._box.closing.is_set()
         signal = None if self._exit is None else self._exit.signal
-        return RunResult(
+        result = RunResult(
             args=self.args,
             exit_code=None if terminated or signal or self._exit is None else self._exit.exit_code,
             stdout=self._capture.stdout.getvalue(),
@@ -322,6 +373,8 @@ class Process:
             truncated=self._capture.truncated,
             duration=self._duration,
         )
+        self._execution.follower.raise_if_lost(result)
+        return result
 
     def output(self) -> Iterator[tuple[str, str]]:
         """Yield ``(stream, text)`` as it arrives, until the process ends.
@@ -333,7 +386,14 @@ class Process:
         return self._live.drain()
 
     def send(self, data: str | bytes) -> None:
-        """Write to the process's stdin (1 request)."""
+        r"""Write ``data`` (``str`` as UTF-8, or ``bytes``) to the process's stdin (1 request).
+
+        On a terminal it is typed, and processed as a keyboard's would be:
+        echoed, a line ends with ``"\r"`` (Enter), ``"\x03"`` is Ctrl-C.
+
+        Raises ValueError when its stdin is closed (given as ``stdin=``, or
+        ``close_stdin()`` was called).
+        """
         if not isinstance(data, (str, bytes)):
             raise TypeError("data must be str or bytes")
         if not self._stdin_open:
@@ -344,10 +404,37 @@ class Process:
         )
 
     def close_stdin(self) -> None:
-        """Close the process's stdin, so that it reads EOF (1 request)."""
+        r"""Close the process's stdin, so that it reads EOF (1 request).
+
+        Raises:
+            ValueError: a terminal process has no stdin to close (before any
+                request); ``send("\x04")`` types Ctrl-D, which ends the input
+                of a program reading lines.
+        """
+        if self.terminal:
+            raise ValueError("a terminal process has no stdin to close: send('\\x04') types Ctrl-D")
         if self._stdin_open:
-            self._execution.close_stdin(self._box.deadline())
+            box = self._box
+            _api.close_stdin(box.transport, box.sandbox_id, self.id, box.deadline())
             self._stdin_open = False
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Change a terminal process's size; its foreground programs get SIGWINCH (1 request).
+
+        Args:
+            rows: the terminal's new height in lines, 1..65535.
+            cols: its new width in columns, 1..65535.
+
+        Raises:
+            ValueError, TypeError: not a terminal process, or not such a size
+                (before any request).
+        """
+        if not self.terminal:
+            raise ValueError(f"process {self.id} is not on a terminal: start it with pty=...")
+        rows, cols = checked_size(rows, cols)
+        _api.resize_terminal(
+            self._box.transport, self._box.sandbox_id, self.id, rows, cols, self._box.deadline()
+        )
 
     def terminate(self, grace: float = DEFAULT_GRACE) -> None:
         """SIGTERM the process tree, SIGKILL what remains after ``grace`` seconds.
@@ -382,11 +469,15 @@ def start(
     max_output: int,
     on_output: Deliver | None,
     echo: Deliver | None,
+    pty: Size | None = None,
 ) -> Process:
     """Launch ``command`` in the background and attach its output before it starts."""
-    gate = Gate.STDIN_EOF if stdin is not None else Gate.STDIN_LINE
+    if pty is not None:
+        gate = Gate.TERMINAL
+    else:
+        gate = Gate.STDIN_EOF if stdin is not None else Gate.STDIN_LINE
     deadline = box.deadline()
-    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline)
+    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
     handle = Process(
         box,
         process_id,
@@ -395,15 +486,9 @@ def start(
         on_output=on_output,
         echo=echo,
         stdin_open=stdin is None,
+        terminal=pty is not None,
     )
-
-    def release() -> None:
-        if gate is Gate.STDIN_EOF:
-            _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
-        else:
-            _api.send_input(box.transport, box.sandbox_id, process_id, RELEASE_LINE, deadline)
-
-    handle._begin(release)
+    handle._begin(lambda: release(box, process_id, gate, deadline))
     return handle
 
 
@@ -427,6 +512,7 @@ def reattach(
         on_output=on_output,
         echo=echo,
         stdin_open=True,  # unknown from here: let the service refuse input if it is closed
+        terminal=record.get("kind") == "pty",
     )
     handle._begin(None)
     return handle

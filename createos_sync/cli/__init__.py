@@ -2,40 +2,56 @@
 
 ::
 
-    createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... -- CMD [ARG...]
+    createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... [--tty] -- CMD [ARG...]
+    createos-sync shell [--local] [--shape S] [--rootfs R] [SANDBOX_ID]
     createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
+    createos-sync template build NAME [-f DOCKERFILE] [--base B] | template ls | template rm ID...
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
 statuses: the command's own for ``run`` (124 timeout, 128 + N for signal N,
-130 Ctrl-C), 1 for a failure, 2 for a usage or configuration error.
+130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), 1 for a failure, 2 for a usage or
+configuration error. A usage error is one line, then a pointer to ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .. import __version__
-from . import _manage, _run
+from . import _manage, _run, _shell, _template
 from ._local import emulator_main
 from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and a pointer to ``--help``, not the usage block.
+
+    Subcommand parsers are made of the same class.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\nsee `{self.prog} --help`\n")
 
 
 def _parser() -> argparse.ArgumentParser:
     # --debug is accepted before and after the subcommand; SUPPRESS keeps the
     # subcommand's default from overwriting a --debug given before it.
     debug_help = "log everything, show tracebacks"
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog=PROG, description="Run commands in CreateOS sandboxes and manage them."
     )
     parser.add_argument("--debug", action="store_true", help=debug_help)
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
     _run.add_parser(commands, common)
+    _shell.add_parser(commands, common)
     _manage.add_parsers(commands, common)
+    _template.add_parser(commands, common)
     commands.add_parser(
         "emulator",
         add_help=False,
@@ -51,8 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         if args.command_name == "emulator":
             return guarded(lambda: emulator_main(extra), debug=False)
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra:  # the subcommand's own parser would have said it: point to its help
+            parser.exit(
+                EXIT_USAGE,
+                f"{PROG}: error: unrecognized arguments: {' '.join(extra)}\n"
+                f"see `{PROG} {args.command_name} --help`\n",
+            )
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     with logging_to_stderr(debug=args.debug):

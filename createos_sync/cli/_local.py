@@ -1,15 +1,23 @@
-"""The local emulator for ``run --local`` and ``emulator``; a clear word if it is missing."""
+"""Where the CLI's sandboxes come from: the account, or an in-process emulator.
+
+A missing API key is told in the CLI's words, and a missing emulator
+dependency gets an install hint.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import NoReturn
 
 from ..client import Client
-from ._report import UsageError
+from ..config import API_KEY_ENV
+from ._report import PROG, UsageError
 
 INSTALL_HINT = "the local emulator needs werkzeug: pip install 'createos-sync[emulator]'"
+NO_KEY_RUN = f"set {API_KEY_ENV}, or use --local to try the local emulator"
+NO_KEY = f"set {API_KEY_ENV} (`{PROG} run --local` tries the local emulator without one)"
 
 
 def _explain_missing(exc: ModuleNotFoundError) -> NoReturn:
@@ -24,14 +32,21 @@ def emulator_main(argv: list[str]) -> int:
         from ..emulator.__main__ import main
     except ModuleNotFoundError as exc:
         _explain_missing(exc)
-    return main(argv)
+    return main(argv, prog=f"{PROG} emulator")
+
+
+def account(*, missing_key: str = NO_KEY) -> Client:
+    """A client of the account from the environment; a missing key is a usage error."""
+    if not os.environ.get(API_KEY_ENV, "").strip():
+        raise UsageError(missing_key)
+    return Client()
 
 
 @contextlib.contextmanager
 def client(*, local: bool) -> Iterator[Client]:
     """A client from the environment, or one of an in-process emulator that ends with the block."""
     if not local:
-        with Client() as remote:
+        with account(missing_key=NO_KEY_RUN) as remote:
             yield remote
         return
     try:

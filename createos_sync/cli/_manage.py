@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-from .._journal import Journal
+from .._journal import Entry, Journal
 from .._reap import reap
-from ..client import Client
 from ..errors import CreateosError
+from ._local import account
 from ._report import EXIT_FAILURE, say
 
 
@@ -30,7 +31,7 @@ def add_parsers(
     ls.set_defaults(handler=list_sandboxes)
 
     destroy = commands.add_parser(
-        "destroy", parents=[common], help="destroy sandboxes (one already gone is fine)"
+        "destroy", parents=[common], help="destroy sandboxes (one already gone is fine: said so)"
     )
     destroy.add_argument("ids", nargs="+", metavar="ID")
     destroy.set_defaults(handler=destroy_sandboxes)
@@ -40,14 +41,32 @@ def add_parsers(
         parents=[common],
         help="destroy the sandboxes of leases whose process died",
         description="Destroy the sandboxes that the local lease journal knows and whose "
-        "owning process is gone (killed, crashed), then forget them.",
+        "owning process is gone (killed, crashed), then forget them. Entries of a local "
+        "emulator that no longer answers are forgotten: its sandboxes ended with it. Exits 1 "
+        "if a sandbox could not be destroyed or a journal entry could not be read (it is kept "
+        "for a human).",
     )
     reaper.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
+    reaper.add_argument(
+        "--all",
+        action="store_true",
+        help="also destroy the sandboxes of owners that still run (a notebook kernel), "
+        "asking to confirm each owner by typing its pid",
+    )
+    reaper.add_argument(
+        "--owner",
+        action="append",
+        type=int,
+        default=[],
+        metavar="PID",
+        help="also destroy the sandboxes of this still running owner, confirmed without asking "
+        "(repeatable)",
+    )
     reaper.set_defaults(handler=reap_orphans)
 
 
 def list_shapes(args: argparse.Namespace) -> int:
-    with Client() as client:
+    with account() as client:
         shapes = client.shapes()
     if args.json:
         _print_json([attrs.asdict(s) for s in shapes])
@@ -60,11 +79,14 @@ def list_shapes(args: argparse.Namespace) -> int:
 
 
 def list_sandboxes(args: argparse.Namespace) -> int:
-    with Client() as client:
+    with account() as client:
         sandboxes = client.sandboxes()
         base_url = client.config.base_url
     if args.json:
         _print_json([attrs.asdict(s, value_serializer=_jsonable) for s in sandboxes])
+        return 0
+    if not sandboxes:
+        print("no sandboxes", flush=True)
         return 0
     try:
         entries = Journal().entries()
@@ -93,15 +115,18 @@ def list_sandboxes(args: argparse.Namespace) -> int:
 def destroy_sandboxes(args: argparse.Namespace) -> int:
     status = 0
     journal = Journal()
-    with Client() as client:
+    with account() as client:
         for sandbox_id in args.ids:
             try:
-                client.destroy(sandbox_id)
+                existed = client.destroy(sandbox_id)
             except CreateosError as exc:
                 say(f"destroying {sandbox_id} failed: {exc}")
                 status = EXIT_FAILURE
                 continue
-            print(f"destroyed {sandbox_id}", flush=True)
+            if existed:
+                print(f"destroyed {sandbox_id}", flush=True)
+            else:
+                print(f"no such sandbox {sandbox_id} (already gone)", flush=True)
             for entry in journal.entries():
                 if entry.sandbox_id == sandbox_id:
                     journal.remove(entry.name)
@@ -109,13 +134,48 @@ def destroy_sandboxes(args: argparse.Namespace) -> int:
 
 
 def reap_orphans(args: argparse.Namespace) -> int:
-    with Client() as client:
-        outcomes = reap(client, dry_run=args.dry_run)
+    owners = set(args.owner)
+    everything = args.all or bool(owners)
+    confirm = None if args.dry_run else _confirmation(owners, ask=args.all)
+    with account() as client:
+        outcomes = reap(client, dry_run=args.dry_run, all=everything, confirm=confirm)
     for outcome in outcomes:
         print(outcome.describe(), flush=True)
     if not outcomes:
         print("the lease journal is empty: nothing to reap", flush=True)
-    return EXIT_FAILURE if any(o.action == "failed" for o in outcomes) else 0
+    return EXIT_FAILURE if any(o.needs_attention for o in outcomes) else 0
+
+
+def _confirmation(owners: set[int], *, ask: bool) -> Callable[[Entry], bool]:
+    """Confirm a live owner: named with --owner, or (with --all) its pid typed at a prompt."""
+    answers: dict[int, bool] = {}
+
+    def confirm(entry: Entry) -> bool:
+        if entry.pid in owners:
+            return True
+        if ask and entry.pid not in answers:
+            answers[entry.pid] = _ask(entry.pid)
+        return answers.get(entry.pid, False)
+
+    return confirm
+
+
+def _ask(pid: int) -> bool:
+    if not sys.stdin.isatty():
+        say(f"process {pid} still runs: not confirmed (without a terminal, use --owner {pid})")
+        return False
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            "utf-8", "replace"
+        )
+    except OSError:
+        command = "?"
+    sys.stderr.write(
+        f"process {pid} ({command.strip()[:120]}) still runs and holds a lease.\n"
+        "Type its pid to destroy its sandboxes anyway: "
+    )
+    sys.stderr.flush()
+    return sys.stdin.readline().strip() == str(pid)
 
 
 def _blank(value: object) -> str:

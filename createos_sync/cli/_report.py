@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 
-from ..errors import ConfigError, CreateosError
+from ..errors import ConfigError, CreateosApiError, CreateosError
 from ._signals import exit_status
 
 PROG = "createos-sync"
@@ -25,7 +25,15 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `cmd | head`
 
 
 class UsageError(Exception):
-    """The command line asks for something that cannot be done (exit status 2)."""
+    """The command line asks for something that cannot be done (exit status 2).
+
+    ``hint``, when given, is printed on a line of its own after the message
+    (for example "see `createos-sync run --help`").
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def say(message: str) -> None:
@@ -50,10 +58,16 @@ def guarded(action: Callable[[], int], *, debug: bool) -> int:
         return action()
     except UsageError as exc:
         _report("error: ", exc, debug=debug)
+        if exc.hint:
+            print(exc.hint, file=sys.stderr, flush=True)
         return EXIT_USAGE
     except ConfigError as exc:
         _report("configuration error: ", exc, debug=debug)
         return EXIT_USAGE
+    except CreateosApiError as exc:
+        rejected = exc.status == 401  # the likeliest cause by far: say it in plain words
+        _report("error: the API key was rejected: " if rejected else "error: ", exc, debug=debug)
+        return EXIT_FAILURE
     except CreateosError as exc:
         _report("error: ", exc, debug=debug)
         return EXIT_FAILURE
@@ -64,6 +78,8 @@ def guarded(action: Callable[[], int], *, debug: bool) -> int:
         _report("error: ", exc, debug=debug)
         return EXIT_FAILURE
     except KeyboardInterrupt as exc:
+        if sys.stderr.isatty():  # the terminal has just echoed ^C without a line break
+            print(file=sys.stderr)
         _report("interrupted: ", exc, debug=debug)
         return exit_status(exc)
 

@@ -6,9 +6,13 @@ this CLI received signal N (130 for Ctrl-C) after cleaning up like
 ``Lease.close()``. Without ``--timeout`` the command has no time limit.
 
 Uploads happen before the command, downloads after it whatever its exit
-status; a local directory is uploaded as a tree, and a remote path ending in
-``/`` is downloaded as one. Transfers of more than a few MB draw a progress
-bar when stderr is a terminal.
+status; a local directory is uploaded as a tree, and a remote directory is
+downloaded as one (one exec request asks the sandbox which download paths
+are directories, for all of them at once). Transfers draw a progress bar
+when stderr is a terminal.
+
+A shape (or rootfs) that the service refuses is a usage error: on that
+failure only, one catalog request finds out whether the name is unknown.
 """
 
 from __future__ import annotations
@@ -16,17 +20,22 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
-from .. import files
+from .. import _api, files
 from .._command import Command, validate_env
+from .._deadline import Deadline
 from .._options import DEFAULT_TTL, MIN_TTL
-from ..errors import CreateosError
+from .._server_text import ID, token
+from ..client import Client
+from ..config import SHAPE_ENV, default_shape
+from ..errors import CreateosApiError, CreateosError, Operation
 from ..lease import Lease
 from ..result import RunResult
 from . import _local
-from ._progress import ProgressBar
 from ._report import EXIT_FAILURE, UsageError, say
 from ._signals import signals_interrupt
+from ._tty import local_term, window_size
 
 EXIT_TIMEOUT = 124
 # Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
@@ -34,11 +43,24 @@ EXIT_TIMEOUT = 124
 NO_TIMEOUT = 7 * 24 * 3600.0
 
 DESCRIPTION = """\
-Run CMD in a new sandbox, stream its output live, and exit with its exit status
-(124 on timeout, 130 on Ctrl-C). The sandbox is destroyed afterwards, also on
-Ctrl-C, SIGTERM and SIGHUP, unless --keep is given. A single CMD argument runs as
-a bash script ('echo a && echo b'); several run as argv, each item quoted.
+Run CMD in a new sandbox, stream its output live, and exit with its exit status.
+The sandbox is destroyed afterwards, also on Ctrl-C, SIGTERM and SIGHUP, unless
+--keep is given. A single CMD argument runs as a bash script ('echo a && echo b');
+several run as argv, each item quoted. Uploads and downloads show progress bars
+when stderr is a terminal.
 """
+
+EPILOG = """\
+exit status:
+  N         the command's own exit status
+  124       the command timed out (--timeout); its processes were terminated
+  128+N     the command was killed by signal N (137 for SIGKILL)
+  130       interrupted by Ctrl-C (SIGINT)
+  143, 129  stopped by SIGTERM, SIGHUP (the sandbox is cleaned up in every case)
+  2         usage or configuration error (unknown option, shape or rootfs, no API key)
+  1         API, transfer or cleanup failure (a failed download turns 0 into 1)
+"""
+HELP_HINT = "see `createos-sync run --help`"
 
 
 def add_parser(
@@ -49,10 +71,14 @@ def add_parser(
         parents=[common],
         help="run a command in a new sandbox",
         description=DESCRIPTION,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
-    parser.add_argument("--rootfs", help="root file system image")
+    parser.add_argument("--rootfs", help="root file system image, or a ready template's id")
+    parser.add_argument(
+        "--fork-from", metavar="ID", help="run in a new fork of this sandbox (running or paused)"
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -82,8 +108,7 @@ def add_parser(
         default=[],
         type=_download_spec,
         metavar="REMOTE:LOCAL",
-        help="copy a sandbox file (a directory if REMOTE ends with /) here after CMD, "
-        "even if it failed; repeatable",
+        help="copy a sandbox file or directory here after CMD, even if it failed; repeatable",
     )
     parser.add_argument(
         "--keep", action="store_true", help="leave the sandbox running and print its id"
@@ -97,7 +122,15 @@ def add_parser(
         f"the CLI is killed (default {DEFAULT_TTL:g}; 0 turns it off)",
     )
     parser.add_argument(
-        "--local", action="store_true", help="run on an in-process emulator (no account needed)"
+        "--tty",
+        action="store_true",
+        help="run CMD on a terminal the size of this window (else 80x24): live output on "
+        "stdout, stderr merged in as a terminal shows it; CMD reads end of input at once",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="run on an in-process emulator (no account needed; its sandboxes end with it)",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
     parser.set_defaults(handler=run)
@@ -110,31 +143,94 @@ def run(args: argparse.Namespace) -> int:
     try:
         Command.parse(command, cwd=args.cwd, env=env)
     except (TypeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
-    if args.local and args.keep:
-        raise UsageError("--keep cannot be used with --local: the emulator ends with this command")
-    with signals_interrupt(), _local.client(local=args.local) as client:
-        lease = client.lease(
-            args.shape, rootfs=args.rootfs, on_exit="keep" if args.keep else None, ttl=args.ttl
+        raise UsageError(str(exc), hint=HELP_HINT) from None
+    if args.fork_from and (args.shape or args.rootfs):
+        raise UsageError(
+            "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
+            hint=HELP_HINT,
         )
+    if args.local and args.keep:
+        raise UsageError(
+            "--keep cannot be used with --local: the emulator ends with this command",
+            hint=HELP_HINT,
+        )
+    with signals_interrupt(), _local.client(local=args.local) as client:
+        # The in-process emulator's sandboxes die with it: nothing for `reap` to find later.
+        lease = client.lease(
+            args.shape,
+            rootfs=args.rootfs,
+            fork_from=args.fork_from,
+            on_exit="keep" if args.keep else None,
+            journal=not args.local,
+            ttl=args.ttl,
+        )
+        open_lease(lease, client, args)
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
                 say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
             for local, remote in args.upload:
                 _upload(box, local, remote)
             timeout = args.timeout or NO_TIMEOUT
-            result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True)
+            pty = window_size(sys.stdout.fileno()) if args.tty else None
+            if args.tty:
+                env = {**local_term(), **env}
+            result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True, pty=pty)
             status = _status(result)
             if not _download_all(box, args.download) and status == 0:
                 status = EXIT_FAILURE
     return status
 
 
+def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
+    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error.
+
+    ``args`` has ``shape`` and ``rootfs`` (``run`` and ``shell`` share this).
+    """
+    try:
+        lease.open()
+    except CreateosApiError as exc:
+        if exc.status == 400 and exc.operation == Operation.SANDBOX_CREATION:
+            unknown = _unknown_name(client, args)
+            if unknown is not None:
+                raise UsageError(unknown) from None
+        raise
+
+
+def _unknown_name(client: Client, args: argparse.Namespace) -> str | None:
+    """Which asked-for name the catalog does not know (1 request, 2 for a rootfs), if any."""
+    shape = args.shape or default_shape()
+    try:
+        shapes = [s.id for s in client.shapes()]
+        if shape not in shapes:
+            source = "" if args.shape else f" (from {SHAPE_ENV})"
+            return f"unknown shape {shape!r}{source}: the shapes are {_names(shapes)}"
+        if args.rootfs is None:
+            return None
+        deadline = Deadline.after(client.config.timeout)
+        names = _api.list_rootfs(client.transport, deadline)
+    except CreateosError:  # the catalog cannot help: the service's own refusal stands
+        return None
+    if args.rootfs in names:
+        return None
+    return (
+        f"unknown rootfs {args.rootfs!r}: the root file systems are {_names(names)} "
+        "(or the id of a ready template)"
+    )
+
+
+def _names(names: list[str], most: int = 40) -> str:
+    """Catalog names as the service gave them, if they look like names (at most ``most``)."""
+    shown = [n for n in names if token(n, ID) == n][:most]
+    return ", ".join(shown) if shown else "(none listed)"
+
+
 def _command(words: list[str]) -> str | list[str]:
     if words and words[0] == "--":
         words = words[1:]
     if not words:
-        raise UsageError("no command given: createos-sync run [OPTIONS] -- CMD [ARG...]")
+        raise UsageError(
+            "no command given: createos-sync run [OPTIONS] -- CMD [ARG...]", hint=HELP_HINT
+        )
     return words[0] if len(words) == 1 else words
 
 
@@ -154,36 +250,41 @@ def _status(result: RunResult) -> int:
 
 def _download_all(box: Lease, downloads: list[tuple[str, str]]) -> bool:
     """Try every download, report each failure; True if all succeeded."""
+    try:
+        unsure = [remote for remote, _ in downloads if not remote.endswith("/")]
+        directories = box._remote_directories(unsure)
+    except CreateosError as exc:
+        say(f"finding out which download paths are directories failed: {exc}")
+        return False
     succeeded = True
     for remote, local in downloads:
         try:
-            _download(box, remote, local)
+            _download(box, remote, local, directory=remote in directories or remote.endswith("/"))
         except (CreateosError, OSError) as exc:
             say(f"downloading {remote} to {local} failed: {exc}")
             succeeded = False
     return succeeded
 
 
+def _progress() -> bool | None:
+    return True if sys.stderr.isatty() else None  # logs and pipes stay clean
+
+
 def _upload(box: Lease, local: str, remote: str) -> None:
-    bar = ProgressBar(f"upload {local}")
     try:
         if os.path.isdir(local):
-            box.upload_dir(local, remote, progress=bar)
+            box.upload_dir(local, remote, progress=_progress())
         else:
-            box.upload(local, remote, progress=bar)
-    finally:
-        bar.close()
+            box.upload(local, remote, progress=_progress())
+    except (CreateosError, OSError) as exc:
+        raise CreateosError(f"uploading {local} to {remote} failed: {exc}") from exc
 
 
-def _download(box: Lease, remote: str, local: str) -> None:
-    bar = ProgressBar(f"download {remote}")
-    try:
-        if remote.endswith("/"):
-            box.download_dir(remote.rstrip("/") or "/", local, progress=bar)
-        else:
-            box.download(remote, local, progress=bar)
-    finally:
-        bar.close()
+def _download(box: Lease, remote: str, local: str, *, directory: bool) -> None:
+    if directory:
+        box.download_dir(remote.rstrip("/") or "/", local, progress=_progress())
+    else:
+        box.download(remote, local, progress=_progress())
 
 
 # --- argument types (argparse turns their errors into usage errors, status 2) ---

@@ -19,9 +19,13 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
   Python, when the sandbox can see it) is the namespace's PID 1 so that exit
   codes and signals are reported exactly.
 - ``none`` (when bubblewrap is missing or does not work): plain child
-  processes whose working directory, HOME and TMPDIR are the sandbox's
-  storage. An absolute path such as ``/workspace`` inside a command refers to
-  the HOST's ``/workspace``; only the files API maps it into the sandbox.
+  processes under a subreaper that keeps every descendant in the tree (so
+  termination and destroy leave nothing behind, ``setsid`` included), with
+  the working directory, HOME and TMPDIR in the sandbox's storage. The
+  sandbox paths ``/workspace``, ``/tmp`` and ``/home/user`` written in a
+  command's arguments, working directory or environment are rewritten into
+  the storage; a path a program computes at run time still reaches the host
+  (see ``_isolation``). The host's own ``/workspace`` is never touched.
 
 In both modes the files API maps ``/workspace``, ``/tmp`` and ``/home/user``
 into the sandbox's storage and refuses every other path.

@@ -13,9 +13,9 @@ from types import FrameType
 from ._server import Emulator
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m createos_sync.emulator",
+        prog=prog,
         description="Serve a local CreateOS emulator until SIGINT or SIGTERM.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
@@ -30,14 +30,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-rate-limit", action="store_true", help="disable the 300/min limit")
     parser.add_argument(
+        "--tls", action="store_true", help="serve HTTPS (a throwaway CA; its path is printed)"
+    )
+    parser.add_argument(
         "--journal-bytes", type=int, default=1 << 20, help="output journal per process (bytes)"
     )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the emulator until SIGINT/SIGTERM; returns the exit status."""
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.emulator") -> int:
+    """Run the emulator until SIGINT/SIGTERM; returns the exit status.
+
+    ``prog`` is the name its help and errors show (``createos-sync emulator``
+    when the command line delegates here).
+    """
+    args = _parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
 
@@ -54,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             rate_limit=None if args.no_rate_limit else 300,
             journal_bytes=args.journal_bytes,
             frame_bytes=min(64 * 1024, max(1, args.journal_bytes)),
+            tls=args.tls,
         )
         emulator.start()
     except (ValueError, RuntimeError, OSError) as exc:
@@ -63,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
-        print(
-            f"export CREATEOS_API_URL={shlex.quote(emulator.url)} "
-            f"CREATEOS_API_KEY={shlex.quote(emulator.api_key)}",
-            flush=True,
-        )
+        exports = f"CREATEOS_API_URL={shlex.quote(emulator.url)} "
+        if emulator.ca_path is not None:
+            print(f"CA certificate: {emulator.ca_path}")
+            exports += f"CREATEOS_CA_BUNDLE={shlex.quote(emulator.ca_path)} "
+        print(f"export {exports}CREATEOS_API_KEY={shlex.quote(emulator.api_key)}", flush=True)
         print(f"network: {emulator.describe_network()}", flush=True)
         while not stop.wait(0.5):
             pass

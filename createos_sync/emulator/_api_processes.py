@@ -12,14 +12,16 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from ._journal import End, Frame, OffsetExpired
+from ._journal import Aborted, End, Expired, Frame, OffsetExpired
 from ._processes import Command, ManagedProcess, StdinClosed
 from ._sandboxes import Sandbox, SandboxStore
 from ._streams import ConnectStream, ExecStream, exec_status
-from ._wire import ApiError, json_body, query_int, success, text, text_list, text_map
+from ._terminal import MAX_SIDE
+from ._wire import ApiError, integer, json_body, query_int, success, text, text_list, text_map
 
 NDJSON = "application/x-ndjson"
 MAX_WAIT_MS = 3_600_000
+MANAGED = ("process", "pty")  # the kinds the processes API shows (not one-shot execs)
 
 
 class ProcessApi:
@@ -30,14 +32,15 @@ class ProcessApi:
     def create(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
-        command = _command(sandbox, body, text(body, "cwd", default="/workspace"))
-        process = self._store.new_process("process", command)
+        command = _command(sandbox, body, text(body, "cwd", default=sandbox.spec.workdir))
+        size = None if body.get("pty") is None else _size(body["pty"])
+        process = self._store.new_process("process", command, size=size)
         self._store.spawn(sandbox_id, process)
         return success(process.to_json(), 201)
 
     def list(self, request: Request, sandbox_id: str) -> Response:
         processes = list(self._store.live(sandbox_id).processes.values())
-        return success({"processes": [p.to_json() for p in processes if p.kind == "process"]})
+        return success({"processes": [p.to_json() for p in processes if p.kind in MANAGED]})
 
     def get(self, request: Request, sandbox_id: str, process_id: str) -> Response:
         return success(self._store.process(sandbox_id, process_id).to_json())
@@ -47,8 +50,9 @@ class ProcessApi:
         after = query_int(request, "after", 0, 1 << 62, 0)
         try:
             reader = process.journal.attach(after)
-        except OffsetExpired:
-            raise ApiError(410, "output_offset_expired") from None
+        except OffsetExpired as expired:
+            data = {"oldest_available_seq": expired.oldest_seq}
+            raise ApiError(410, "output_offset_expired", data=data) from None
         stream = ConnectStream(reader, self._heartbeat)
         return Response(stream, mimetype=NDJSON, direct_passthrough=True)
 
@@ -65,11 +69,24 @@ class ProcessApi:
 
     def stdin_close(self, request: Request, sandbox_id: str, process_id: str) -> Response:
         process = self._store.process(sandbox_id, process_id)
+        if process.kind == "pty":
+            # (inferred) the official SDK documents this for pipe processes only
+            raise ApiError(400, "a terminal process has no stdin to close: send Ctrl-D as input")
         try:
             process.close_stdin()
         except StdinClosed:
             raise ApiError(409, "stdin is already closed") from None
         return success({"process_id": process.id, "stdin_closed": True})
+
+    def resize(self, request: Request, sandbox_id: str, process_id: str) -> Response:
+        process = self._store.process(sandbox_id, process_id)
+        if process.kind != "pty":
+            raise ApiError(400, "only a terminal process (created with pty) can be resized")
+        try:
+            process.resize(*_size(json_body(request)))
+        except StdinClosed:
+            raise ApiError(409, "the process has exited") from None
+        return success(process.to_json())
 
     def signal(self, request: Request, sandbox_id: str, process_id: str) -> Response:
         process = self._store.process(sandbox_id, process_id)
@@ -108,7 +125,7 @@ class ProcessApi:
     def exec(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         body = json_body(request)
-        command = _command(sandbox, body, "/workspace")
+        command = _command(sandbox, body, sandbox.spec.workdir)  # a template's WORKDIR
         stdin = text(body, "stdin", default="").encode()
         streamed = request.args.get("stream") == "true" or body.get("stream") is True
         process = self._store.new_process("exec", command)
@@ -127,12 +144,16 @@ class ProcessApi:
         started = time.monotonic()
         output = {"stdout": bytearray(), "stderr": bytearray()}
         try:
-            while not isinstance(item := reader.next(self._heartbeat), End):
+            while not isinstance(item := reader.next(self._heartbeat), (End, Expired, Aborted)):
                 if isinstance(item, Frame):
                     output[item.stream] += item.data
         finally:
             reader.close()
             self._store.forget(sandbox_id, process.id)
+        if isinstance(item, Aborted):
+            raise ApiError(409, "the sandbox failed while the command ran")
+        if isinstance(item, Expired):  # cannot happen: attached before the start
+            raise ApiError(500, "exec output was evicted")
         code, error = exec_status(item)
         result: dict[str, Any] = {
             "exit_code": code,
@@ -158,6 +179,17 @@ def _command(sandbox: Sandbox, body: dict[str, Any], cwd: str) -> Command:
         raise ApiError(400, "env overrides are accepted only for keys declared at creation")
     agent = sandbox.net.env if sandbox.net is not None else {}  # where its guest agent is
     return Command(cmd, text_list(body, "args"), cwd, {**sandbox.spec.envs, **overrides, **agent})
+
+
+def _size(value: Any) -> tuple[int, int]:
+    """``{rows, cols}`` of a terminal, each 1..65535 (struct winsize holds unsigned shorts)."""
+    if not isinstance(value, dict):
+        raise ApiError(400, "pty must be an object {rows, cols}")
+    rows = integer(value, "rows", 1, MAX_SIDE, None)
+    cols = integer(value, "cols", 1, MAX_SIDE, None)
+    if rows is None or cols is None:
+        raise ApiError(400, "pty needs rows and cols")
+    return rows, cols
 
 
 def _signal_number(value: Any) -> int:

@@ -16,8 +16,9 @@ from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import FileWrapper
 
 from ._catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
-from ._sandboxes import SandboxSpec, SandboxStore
+from ._sandboxes import ForkChanges, SandboxSpec, SandboxStore
 from ._storage import CHUNK, PathRefused
+from ._templates import TemplateStore
 from ._wire import (
     ApiError,
     integer,
@@ -36,8 +37,9 @@ STATUSES = (
 
 
 class SandboxApi:
-    def __init__(self, store: SandboxStore) -> None:
+    def __init__(self, store: SandboxStore, templates: TemplateStore) -> None:
         self._store = store
+        self._templates = templates
 
     def healthz(self, request: Request) -> Response:
         return success({"ok": True})
@@ -55,21 +57,26 @@ class SandboxApi:
         if shape is None:
             raise ApiError(400, "unknown shape")
         rootfs = text(body, "rootfs", default=DEFAULT_ROOTFS)
-        if rootfs not in ROOTFS_NAMES:
-            raise ApiError(400, "unknown rootfs")
+        template = None if rootfs in ROOTFS_NAMES else self._templates.find(rootfs)
+        if rootfs not in ROOTFS_NAMES and (template is None or template.status != "ready"):
+            raise ApiError(400, "unknown rootfs (neither a base image nor a ready template)")
         ingress = _flag(body, "ingress_enabled")
+        envs = text_map(body, "envs")
         spec = SandboxSpec(
             shape=shape,
             rootfs=rootfs,
             region=text(body, "region", default="local"),
             name=optional_text(body, "name"),
             disk_mib=integer(body, "disk_mib", 256, 1 << 20, shape.default_disk_mib) or 0,
-            envs=text_map(body, "envs"),
+            envs={**template.env, **envs} if template is not None else envs,
             egress=_rules(body),
             auto_pause_after_seconds=integer(body, "auto_pause_after_seconds", 60, 86400, None),
             ingress_enabled=bool(ingress),
+            workdir=template.workdir if template is not None else "/workspace",
+            lowers=template.lowers if template is not None else (),
         )
-        return success(self._store.create(spec).to_json(), 201)
+        seed = template.root if template is not None else None
+        return success(self._store.create(spec, seed).to_json(), 201)
 
     def list(self, request: Request) -> Response:
         limit = query_int(request, "limit", 1, 500, 100)
@@ -83,6 +90,18 @@ class SandboxApi:
     def get(self, request: Request, sandbox_id: str) -> Response:
         return success(self._store.get(sandbox_id).to_json())
 
+    def whoami(self, request: Request) -> Response:
+        """The caller and its sandbox counts, as the official SDK's ``who_am_i`` reads them."""
+        statuses = [s.settle() for s in self._store.page(None, 1 << 31, 0)[0]]
+        running, paused = statuses.count("running"), statuses.count("paused")
+        stats = {
+            "running": running,
+            "paused": paused,
+            "other": len(statuses) - running - paused,
+            "total": len(statuses),
+        }
+        return success({"user_id": "emulator", "stats": stats})
+
     def delete(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.destroy(sandbox_id)
         return success({"id": sandbox.id, "status": sandbox.settle()})
@@ -94,8 +113,14 @@ class SandboxApi:
         return success(self._store.resume(sandbox_id).to_json(), 202)
 
     def fork(self, request: Request, sandbox_id: str) -> Response:
-        name = optional_text(json_body(request, optional=True), "name")
-        return success(self._store.fork(sandbox_id, name).to_json(), 201)
+        body = json_body(request, optional=True)
+        changes = ForkChanges(
+            start_paused=bool(_flag(body, "start_paused")),
+            egress=_rules(body) if body.get("egress") is not None else None,
+            envs=text_map(body, "envs"),
+            ingress_enabled=_flag(body, "ingress_enabled"),
+        )
+        return success(self._store.fork(sandbox_id, changes).to_json(), 201)
 
     def patch(self, request: Request, sandbox_id: str) -> Response:
         """Change ingress and auto-pause of a live sandbox; answers the sandbox."""

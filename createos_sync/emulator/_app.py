@@ -29,23 +29,28 @@ from werkzeug.wrappers import Request, Response
 
 from ._api_processes import ProcessApi
 from ._api_sandboxes import SandboxApi
+from ._api_templates import TemplateApi
 from ._faults import Fault, FaultQueue, fault_from_json
 from ._ingress import PREFIX as INGRESS_PREFIX
 from ._ingress import IngressProxy
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import SandboxStore
+from ._streams import HEARTBEAT
+from ._templates import TemplateStore
 from ._wire import ApiError, failure, json_body, success
 
 log = logging.getLogger("createos_sync.emulator")
 
 SB = "/v1/sandboxes/<sandbox_id>"
+TPL = "/v1/templates/<template_id>"
 PROC = f"{SB}/processes/<process_id>"
 ROUTES = (
     ("/healthz", "GET", "healthz"),
     ("/v1/healthz", "GET", "healthz"),
     ("/v1/shapes", "GET", "shapes"),
     ("/v1/rootfs", "GET", "rootfs"),
+    ("/v1/whoami", "GET", "whoami"),
     ("/v1/sandboxes", "POST", "sandbox.create"),
     ("/v1/sandboxes", "GET", "sandbox.list"),
     (SB, "GET", "sandbox.get"),
@@ -67,7 +72,13 @@ ROUTES = (
     (f"{PROC}/input", "POST", "process.input"),
     (f"{PROC}/stdin/close", "POST", "process.stdin_close"),
     (f"{PROC}/signal", "POST", "process.signal"),
+    (f"{PROC}/resize", "POST", "process.resize"),
     (f"{PROC}/wait", "GET", "process.wait"),
+    ("/v1/templates", "POST", "template.create"),
+    ("/v1/templates", "GET", "template.list"),
+    (TPL, "GET", "template.get"),
+    (TPL, "DELETE", "template.delete"),
+    (f"{TPL}/logs", "GET", "template.logs"),
     ("/_emulator/faults", "POST", "admin.faults_add"),
     ("/_emulator/faults", "DELETE", "admin.faults_clear"),
     ("/_emulator/state", "GET", "admin.state"),
@@ -112,6 +123,7 @@ class App:
     def __init__(
         self,
         store: SandboxStore,
+        templates: TemplateStore,
         *,
         api_key: str,
         faults: FaultQueue,
@@ -126,13 +138,15 @@ class App:
         self._requests = requests
         self._map = _route_map()
         self._ingress = IngressProxy(store)
-        sandboxes = SandboxApi(store)
+        sandboxes = SandboxApi(store, templates)
         processes = ProcessApi(store, heartbeat)
+        builds = TemplateApi(templates, heartbeat)
         self._delete_process = processes.delete
         self._handlers: dict[str, Handler] = {
             "healthz": sandboxes.healthz,
             "shapes": sandboxes.shapes,
             "rootfs": sandboxes.rootfs,
+            "whoami": sandboxes.whoami,
             "sandbox.create": sandboxes.create,
             "sandbox.list": sandboxes.list,
             "sandbox.get": sandboxes.get,
@@ -152,8 +166,14 @@ class App:
             "process.input": processes.input,
             "process.stdin_close": processes.stdin_close,
             "process.signal": processes.signal,
+            "process.resize": processes.resize,
             "process.wait": processes.wait,
             "process.delete": processes.delete,
+            "template.create": builds.create,
+            "template.list": builds.list,
+            "template.get": builds.get,
+            "template.delete": builds.delete,
+            "template.logs": builds.logs,
             "admin.faults_add": self._faults_add,
             "admin.faults_clear": self._faults_clear,
             "admin.state": self._state,
@@ -223,19 +243,28 @@ class App:
             if fault.drop:
                 return _Dropped(b"")
             if fault.body is not None:
-                mimetype = "application/x-ndjson" if operation == "process.connect" else None
+                streams = ("process.connect", "template.logs")
+                mimetype = "application/x-ndjson" if operation in streams else None
                 return Response(fault.body, mimetype=mimetype or "application/json")
             assert fault.status is not None
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
-            return failure(ApiError(fault.status, "scripted fault", headers=headers))
+            error = ApiError(fault.status, fault.message, headers=headers, envelope=fault.envelope)
+            return failure(error)
         if fault.tree_exited_false:
             response = self._delete_process(request, **args, confirm=False, kill=fault.kill)
         else:
             response = handler(request, **args)
         time.sleep(fault.delay)
+        stream: Iterable[bytes] = response.response  # type: ignore[assignment]
+        body: Iterable[bytes] | None = None
         if fault.drop_after_frames is not None and response.status_code == 200:
-            stream: Iterable[bytes] = response.response  # type: ignore[assignment]
-            body = _DropAfter(stream, fault.drop_after_frames, request)
+            counted = _is_event if operation == "template.logs" else _is_frame
+            body = _DropAfter(stream, fault.drop_after_frames, request, counted)
+        elif fault.trickle:
+            body = _Trickle(stream, fault.trickle)
+        elif fault.hold_open and response.status_code == 200:
+            body = _HoldOpen(stream, fault.hold_open)
+        if body is not None:
             response = Response(body, status=response.status_code, headers=response.headers,
                                 direct_passthrough=True)  # fmt: skip
         return response
@@ -270,23 +299,87 @@ def _cut(request: Request) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class _DropAfter:
-    """A stream body that cuts the connection after ``frames`` data frames."""
+class _HoldOpen:
+    """A stream body that stays open (sending heartbeats) for ``seconds`` after the exit frame.
 
-    def __init__(self, body: Iterable[bytes], frames: int, request: Request) -> None:
+    The heartbeats also make the handler notice soon when the client has gone.
+    """
+
+    def __init__(self, body: Iterable[bytes], seconds: float) -> None:
+        self._body = body
+        self._seconds = seconds
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._body:
+            yield line
+            if line.startswith(b'{"type":"exit"'):
+                ends = time.monotonic() + self._seconds
+                while time.monotonic() < ends:
+                    time.sleep(0.05)
+                    yield HEARTBEAT
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
+
+
+def _is_frame(line: bytes) -> tuple[bool, bool]:
+    """(counted, cut before it once the count is reached) for a process output line."""
+    data = line.startswith(b'{"type":"data"')
+    return data, data or line.startswith(b'{"type":"exit"')
+
+
+def _is_event(line: bytes) -> tuple[bool, bool]:
+    """The same for a build log line: every event counts (keep-alive lines do not)."""
+    event = line.startswith(b"{")
+    return event, event
+
+
+class _DropAfter:
+    """A stream body that cuts the connection after ``frames`` data frames (or log events)."""
+
+    def __init__(
+        self,
+        body: Iterable[bytes],
+        frames: int,
+        request: Request,
+        counted: Callable[[bytes], tuple[bool, bool]],
+    ) -> None:
         self._body = body
         self._frames = frames
         self._request = request
+        self._counted = counted
 
     def __iter__(self) -> Iterator[bytes]:
         sent = 0
         for line in self._body:
-            data = line.startswith(b'{"type":"data"')
-            if sent == self._frames and (data or line.startswith(b'{"type":"exit"')):
+            counts, cuts = self._counted(line)
+            if sent == self._frames and cuts:
                 _cut(self._request)
                 return
-            sent += data
+            sent += counts
             yield line
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
+
+
+class _Trickle:
+    """A body sent one byte at a time, ``interval`` seconds apart (a slow or hostile link)."""
+
+    def __init__(self, body: Iterable[bytes], interval: float) -> None:
+        self._body = body
+        self._interval = interval
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b""  # the status line and headers go at once
+        for chunk in self._body:
+            for i in range(len(chunk)):
+                time.sleep(self._interval)
+                yield chunk[i : i + 1]
 
     def close(self) -> None:
         close = getattr(self._body, "close", None)

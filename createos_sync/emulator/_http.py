@@ -6,7 +6,12 @@ connections alive, and the SDK's connection pooling should be exercised the
 same way, so this handler reimplements ``run_wsgi``: it knows how much of the
 body the app consumed, drains the rest (or closes when that is too much),
 flushes every chunk of a streamed response at once, and never logs request
-lines. Open connections are tracked so that ``close`` can cut them.
+lines. Open connections are tracked so that ``close`` can cut them, and
+counted, so that tests and benchmarks can see whether clients reuse them.
+
+With a TLS context, each accepted socket is wrapped in the handler's own
+thread and the handshake happens there too: the accepting thread never
+waits on a slow (or silent) client's handshake.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import io
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -68,10 +74,12 @@ class Connections:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self.accepted = 0
 
     def add(self, sock: socket.socket) -> None:
         with self._lock:
             self._open.add(sock)
+            self.accepted += 1
 
     def discard(self, sock: socket.socket) -> None:
         with self._lock:
@@ -88,18 +96,36 @@ class Connections:
 class _Handler(WSGIRequestHandler):
     protocol_version = "HTTP/1.1"
     connections: ClassVar[Connections]
+    tls: ClassVar[ssl.SSLContext | None] = None
 
     def setup(self) -> None:
-        super().setup()
         # Headers and body go out in separate writes; without this, Nagle's
         # algorithm and the client's delayed ACK add ~40 ms to every answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            self.request.settimeout(IDLE_TIMEOUT)
+            self.request = self.tls.wrap_socket(
+                self.request, server_side=True, do_handshake_on_connect=False
+            )
+        super().setup()
         self.connections.add(self.connection)
+
+    def handle(self) -> None:
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:
+                self.connection.do_handshake()
+            except OSError as exc:  # ssl.SSLError included: a client that distrusts us
+                log.debug("TLS handshake failed: %s", type(exc).__name__)
+                return
+        super().handle()
 
     def finish(self) -> None:
         self.connections.discard(self.connection)
         with contextlib.suppress(OSError):
             super().finish()
+        if isinstance(self.connection, ssl.SSLSocket):
+            # The server closes the socket it accepted, which wrapping detached.
+            self.connection.close()
 
     def handle_one_request(self) -> None:
         # Waiting for the next request on a kept-alive connection may time out.
@@ -192,15 +218,24 @@ def _request_body(environ: dict[str, Any]) -> _Body | None:
     return _Body(environ["wsgi.input"], int(raw))
 
 
-def serve(host: str, port: int, app: Any) -> tuple[BaseWSGIServer, Connections]:
-    """A bound threaded server (not yet serving) and its connection registry."""
+def serve(
+    host: str, port: int, app: Any, tls: ssl.SSLContext | None = None
+) -> tuple[BaseWSGIServer, Connections]:
+    """A bound threaded server (not yet serving) and its connection registry.
+
+    With ``tls``, connections are HTTPS (wrapped by the handler, not by
+    werkzeug, whose wrapping of the listening socket would handshake in the
+    accepting thread).
+    """
     registry = Connections()
 
     class Handler(_Handler):
         connections = registry
 
+    Handler.tls = tls
     try:
         server = make_server(host, port, app, threaded=True, request_handler=Handler)
     except SystemExit:  # werkzeug exits the process when it cannot bind
         raise OSError(f"cannot listen on {host}:{port}") from None
+    server.ssl_context = tls  # werkzeug: wsgi.url_scheme "https", SSL errors logged quietly
     return server, registry

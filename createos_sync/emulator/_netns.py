@@ -65,11 +65,14 @@ class SharedNet:
 
     private = False
 
-    def __init__(self) -> None:
-        self.agent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.agent.bind(("127.0.0.1", 0))
-        self.agent.listen(16)
-        self.env = {"CREATEOS_AGENT_URL": f"http://127.0.0.1:{self.agent.getsockname()[1]}"}
+    def __init__(self, *, agent: bool = True) -> None:
+        self.agent: socket.socket | None = None
+        self.env: dict[str, str] = {}
+        if agent:
+            self.agent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.agent.bind(("127.0.0.1", 0))
+            self.agent.listen(16)
+            self.env["CREATEOS_AGENT_URL"] = f"http://127.0.0.1:{self.agent.getsockname()[1]}"
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
@@ -87,14 +90,15 @@ class PrivateNet:
 
     private = True
 
-    def __init__(self, slirp: str, home: int) -> None:
+    def __init__(self, slirp: str, home: int, *, agent: bool = True) -> None:
         self.env: dict[str, str] = {}  # 127.0.0.1:1029 is the agent, as on the service
         self._home = home
-        self.fd, self.agent = _in_thread(None, _make_namespace)
+        self.fd, self.agent = _in_thread(None, lambda: _make_namespace(agent))
         try:
             self._exit_w, self._slirp = _start_slirp(slirp, self.fd)
         except BaseException:
-            self.agent.close()
+            if self.agent is not None:
+                self.agent.close()
             os.close(self.fd)
             raise
 
@@ -157,10 +161,11 @@ class Networks:
             why,
         )
 
-    def create(self) -> Network:
+    def create(self, *, agent: bool = True) -> Network:
+        """A sandbox's network; without ``agent`` (a template build's), nothing at port 1029."""
         if self.name == "private":
-            return PrivateNet(self._slirp, self._home)
-        return SharedNet()
+            return PrivateNet(self._slirp, self._home, agent=agent)
+        return SharedNet(agent=agent)
 
     def close(self) -> None:
         if self._home >= 0:
@@ -177,7 +182,7 @@ class Networks:
             return "slirp4netns (which gives a private network its egress) is not installed"
         self._home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            PrivateNet(self._slirp, self._home).close()
+            PrivateNet(self._slirp, self._home, agent=False).close()
         except (OSError, RuntimeError) as exc:
             os.close(self._home)
             self._home = -1
@@ -230,7 +235,7 @@ def _in_thread(netns: int | None, action: Callable[[], T]) -> T:
     return outcome["value"]  # type: ignore[return-value]
 
 
-def _make_namespace() -> tuple[int, socket.socket]:
+def _make_namespace(agent: bool) -> tuple[int, socket.socket | None]:
     """In a fresh namespace: a descriptor of it, loopback up, the agent's listening socket."""
     fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -238,14 +243,16 @@ def _make_namespace() -> tuple[int, socket.socket]:
             asked = fcntl.ioctl(probe, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0))
             flags = struct.unpack(IFREQ, asked)[1]
             fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
-        agent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        agent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        agent.bind(("127.0.0.1", AGENT_PORT))
-        agent.listen(16)
+        if not agent:
+            return fd, None
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", AGENT_PORT))
+        listener.listen(16)
     except BaseException:
         os.close(fd)
         raise
-    return fd, agent
+    return fd, listener
 
 
 def _start_slirp(slirp: str, netns: int) -> tuple[int, subprocess.Popen[bytes]]:

@@ -1,10 +1,18 @@
 """A managed process: a real OS process tree with pumped output and a lifecycle.
 
-The leader runs in a new session with three pipes. Two pump threads move its
-stdout and stderr into the output journal (see ``_journal``); a waiter thread
-reaps the leader and then closes the journal with the exit status once the
-pipes are drained: at EOF, or, when a background process keeps a pipe open,
-once the pipe has been found empty ``LINGER`` seconds after the leader exited.
+The leader runs in a new session with three pipes, or, for a terminal
+process, on a pseudo-terminal (``_terminal``). Pump threads move its stdout
+and stderr (a terminal's one output stream, ``pty``) into the output journal
+(see ``_journal``); a waiter thread waits for the command's end and then
+closes the journal with the exit status once the outputs are drained: at
+EOF, or, when a background process keeps one open, once it has been found
+empty ``LINGER`` seconds after the command ended.
+
+Without isolation the leader is ``_reporter --subreaper``, which runs the
+command as its child, reports its exact wait status on the status pipe (the
+command's end), and adopts every orphan of the tree until the last one ends.
+A terminal process is the session leader of its pty in both modes (the
+reporter makes it so: see ``_terminal``).
 
 Exit status under bubblewrap: the status reporter (``_reporter``) gives the
 command's exact wait status. When it cannot run, or was killed before it
@@ -31,8 +39,10 @@ from typing import Any
 
 from ._isolation import Isolation
 from ._journal import Journal
-from ._proctree import NamespaceTree, ProcessTree, SessionTree, read_stat
+from ._proctree import NamespaceTree, ProcessTree, SubreaperTree, read_stat
 from ._storage import Storage
+from ._terminal import STREAM as PTY_STREAM
+from ._terminal import open_terminal, read_output, set_size
 from ._wire import timestamp
 
 LINGER = 0.2
@@ -63,11 +73,19 @@ class ManagedProcess:
     """One process tree of a sandbox, as the processes API sees it."""
 
     def __init__(
-        self, process_id: str, kind: str, command: Command, journal_bytes: int, frame_bytes: int
+        self,
+        process_id: str,
+        kind: str,
+        command: Command,
+        journal_bytes: int,
+        frame_bytes: int,
+        *,
+        size: tuple[int, int] | None = None,
     ) -> None:
         self.id = process_id
-        self.kind = kind
+        self.kind = "pty" if size is not None else kind
         self.command = command
+        self.size = size  # (rows, cols) to start a terminal process with
         self.journal = Journal(journal_bytes)
         self._frame_bytes = frame_bytes
         self._lock = threading.Lock()
@@ -92,54 +110,58 @@ class ManagedProcess:
 
     def start(self, isolation: Isolation, storage: Storage) -> None:
         """Spawn the leader and its pump and waiter threads."""
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        ends = _Ends.pipes() if self.size is None else _Ends.terminal(*self.size)
         status_r, status_fds = None, None
         if isolation.reports_status:
             status_r, status_w = os.pipe()
-            status_fds = (status_w, os.dup(status_w))
+            # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
+            status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
-        launch = isolation.launch(storage, [c.cmd, *c.args], c.cwd, c.env, status_fds)
+        launch = isolation.launch(
+            storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
+        )
         try:
             popen = subprocess.Popen(
                 launch.argv,
                 cwd=launch.cwd,
                 env=launch.env,
-                stdin=in_r,
-                stdout=out_w,
-                stderr=err_w,
+                stdin=ends.child[0],
+                stdout=ends.child[1],
+                stderr=ends.child[2],
                 start_new_session=True,
                 pass_fds=status_fds or (),
             )
         except OSError as exc:
-            for fd in (in_w, out_r, err_r, status_r):
-                if fd is not None:
-                    os.close(fd)
+            ends.close_ours()
+            if status_r is not None:
+                os.close(status_r)
             self._fail(exc)
             return
         finally:
-            for fd in (in_r, out_w, err_w, *(status_fds or ())):
+            ends.close_child()
+            for fd in set(status_fds or ()):
                 os.close(fd)
         self._pid = popen.pid
-        self._stdin = in_w
+        self._stdin = ends.stdin
         status = None if status_r is None else _StatusPipe(status_r)
-        self._tree = self._make_tree(popen.pid, status)
+        self._tree = self._make_tree(popen.pid, status, namespaced=isolation.namespaced)
         with self._lock:
             self._state = "running"
-        drained = [threading.Event(), threading.Event()]
-        self._thread(self._pump, out_r, "stdout", drained[0])
-        self._thread(self._pump, err_r, "stderr", drained[1])
+        drained = [threading.Event() for _ in ends.outputs]
+        for (fd, stream), event in zip(ends.outputs, drained, strict=True):
+            self._thread(self._pump, fd, stream, event)
         self._thread(self._wait_leader, popen, drained, status)
 
     def _thread(self, target: Callable[..., None], *args: object) -> None:
         threading.Thread(target=target, args=args, name=f"emulator-{self.id}", daemon=True).start()
 
-    def _make_tree(self, pid: int, status_pipe: _StatusPipe | None) -> ProcessTree:
+    def _make_tree(
+        self, pid: int, status_pipe: _StatusPipe | None, *, namespaced: bool
+    ) -> ProcessTree:
         leader = read_stat(pid)
         start = leader.start_time if leader is not None else -1
-        if status_pipe is None:
-            return SessionTree(pid, start)
+        if status_pipe is None or not namespaced:
+            return SubreaperTree(pid, start)
         self._namespaced = True
         status = status_pipe.until("child-pid")
         init = status.get("child-pid")
@@ -175,7 +197,7 @@ class ManagedProcess:
                     if exited is not None and time.monotonic() - exited >= LINGER:
                         drained.set()
                     continue
-                data = os.read(fd, self._frame_bytes)
+                data = read_output(fd, self._frame_bytes)
                 if not data:
                     break
                 self.journal.append(stream, data)
@@ -189,11 +211,22 @@ class ManagedProcess:
         drained: list[threading.Event],
         status_pipe: _StatusPipe | None,
     ) -> None:
-        returncode = popen.wait()
+        if status_pipe is not None and not self._namespaced:
+            # The subreaper reports the command's end, then stays while orphans live on.
+            status = status_pipe.until("wait-status")
+            status_pipe.close()
+            if isinstance(self._tree, SubreaperTree):
+                self._tree.command_ended()
+        else:
+            popen.wait()
+            status = {} if status_pipe is None else status_pipe.rest()
         finished = time.time()
         self._leader_exit = time.monotonic()
-        status = {} if status_pipe is None else status_pipe.rest()
-        exit_code, sig = self._decode(returncode, status.get("wait-status"))
+        wait_status = status.get("wait-status")
+        if isinstance(wait_status, int):
+            exit_code, sig = self._decode(0, wait_status)
+        else:  # no report (the reporter could not run, or died): the leader's status it is
+            exit_code, sig = self._decode(popen.wait(), None)
         for event in drained:
             event.wait()
         self.journal.finish(exit_code, sig)
@@ -204,6 +237,7 @@ class ManagedProcess:
             self._signal = sig
         self._close_stdin_quietly()
         self._done.set()
+        popen.wait()  # reap the subreaper once the last process of the tree has ended
 
     def _decode(self, returncode: int, wait_status: Any) -> tuple[int | None, str | None]:
         if isinstance(wait_status, int):
@@ -280,6 +314,13 @@ class ManagedProcess:
             self._input_seq += 1
             return self._input_seq
 
+    def resize(self, rows: int, cols: int) -> None:
+        """Set a terminal's size (the kernel sends SIGWINCH to its foreground group)."""
+        with self._stdin_lock:
+            if self._stdin is None:
+                raise StdinClosed
+            set_size(self._stdin, rows, cols)
+
     def close_stdin(self) -> None:
         with self._stdin_lock:
             if self._stdin is None:
@@ -341,12 +382,48 @@ class ManagedProcess:
             time.sleep(0.05)
         return True
 
+    def abort(self) -> None:
+        """The sandbox failed: the tree dies, and its streams end without an exit frame."""
+        self.journal.abort()
+        self.stop()
+
     def stop(self) -> None:
         """Kill the tree and release every thread and pipe (destroy, shutdown)."""
         self.kill()
         self._stopping = True
         self.journal.close()
         self._close_stdin_quietly()
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """The descriptors between the emulator and one leader."""
+
+    child: tuple[int, int, int]  # the leader's stdin, stdout and stderr
+    stdin: int  # where input is written
+    outputs: list[tuple[int, str]]  # (descriptor, stream name) to pump into the journal
+
+    @classmethod
+    def pipes(cls) -> _Ends:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        return cls((in_r, out_w, err_w), in_w, [(out_r, "stdout"), (err_r, "stderr")])
+
+    @classmethod
+    def terminal(cls, rows: int, cols: int) -> _Ends:
+        # Input goes to a second descriptor of the master: the pump closes its
+        # own when the output ends, while a resize may still come.
+        master, slave = open_terminal(rows, cols)
+        return cls((slave, slave, slave), os.dup(master), [(master, PTY_STREAM)])
+
+    def close_child(self) -> None:
+        for fd in set(self.child):
+            os.close(fd)
+
+    def close_ours(self) -> None:
+        for fd in {self.stdin, *(fd for fd, _ in self.outputs)}:
+            os.close(fd)
 
 
 class _StatusPipe:
@@ -362,6 +439,9 @@ class _StatusPipe:
         while key not in self._seen and self._read():
             pass
         return dict(self._seen)
+
+    def close(self) -> None:
+        os.close(self._fd)
 
     def rest(self) -> dict[str, Any]:
         """After bubblewrap exited: whatever else is in the pipe, then close it."""

@@ -6,10 +6,9 @@ not have reaped them yet).
 
 Two kinds of tree:
 
-- ``SessionTree`` (no isolation): the leader was started in a new session, so
-  every descendant, including ones that were reparented after their parent
-  exited, keeps its session id unless it calls ``setsid`` itself (such a
-  process escapes, as it would escape any session-based supervisor).
+- ``SubreaperTree`` (no isolation): the leader is a child subreaper (see
+  ``_reporter``), so every descendant stays below it, whether its parent
+  exited or it left the session with ``setsid``.
 - ``NamespaceTree`` (bubblewrap): everything inside the PID namespace that
   bubblewrap created, plus the bubblewrap monitor process outside it.
 
@@ -31,7 +30,7 @@ from typing import Protocol
 class ProcStat:
     pid: int
     state: str
-    session: int
+    parent: int
     start_time: int
 
 
@@ -44,7 +43,7 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
     # The command name is in parentheses and may itself contain ") ".
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid=pid, state=fields[0], session=int(fields[3]), start_time=int(fields[19]))
+    return ProcStat(pid=pid, state=fields[0], parent=int(fields[1]), start_time=int(fields[19]))
 
 
 def _running(stat: ProcStat | None) -> bool:
@@ -79,28 +78,61 @@ class ProcessTree(Protocol):
         """Deliver ``signum`` to the processes of the tree."""
 
 
-class SessionTree:
-    """Every live process in the session that the leader opened."""
+class SubreaperTree:
+    """The subreaper leader (``_reporter --subreaper``) and every live descendant of it.
+
+    Orphans are adopted by the leader rather than by the host's init, so a
+    process whose parent exited, or that left the session (``setsid``), is
+    still found here; the leader lives until its last descendant has ended.
+    The leader itself is never signalled (nor stopped by a pause: it must
+    stay able to act on its emulator's death); it is the anchor that keeps
+    the tree findable, and it leaves on its own once the tree is empty. It
+    runs nothing of the user's, so it is a member only while it is alone and
+    the command has not been reported ended (``command_ended``): just after
+    the start, before it has forked the command, which must not look like
+    an empty tree.
+    """
 
     def __init__(self, leader: int, start_time: int) -> None:
         self._leader = leader
         self._start_time = start_time
+        self._ended = False
 
-    def members(self) -> list[int]:
-        leader = read_stat(self._leader)
-        if leader is not None and leader.start_time != self._start_time:
-            # The leader's pid was recycled. The kernel frees a pid only when
-            # no process uses it as a session id any more, so the tree is gone.
-            return []
-        found = []
+    def command_ended(self) -> None:
+        self._ended = True
+
+    def _descendants(self) -> list[int]:
+        if not is_alive(self._leader, self._start_time):
+            return []  # gone (or its pid recycled): it only leaves once the tree is empty
+        children: dict[int, list[int]] = {}
         for pid in _all_pids():
             stat = read_stat(pid)
-            if _running(stat) and stat is not None and stat.session == self._leader:
-                found.append(pid)
+            if _running(stat) and stat is not None:
+                children.setdefault(stat.parent, []).append(pid)
+        found, pending = [], [self._leader]
+        while pending:
+            for child in children.get(pending.pop(), []):
+                found.append(child)
+                pending.append(child)
         return found
 
+    def members(self) -> list[int]:
+        descendants = self._descendants()
+        if descendants:
+            return descendants
+        starting = not self._ended and is_alive(self._leader, self._start_time)
+        return [self._leader] if starting else []
+
     def signal(self, signum: int) -> None:
-        send(self.members(), signum)
+        targets = self._descendants()
+        deadline = time.monotonic() + FORK_WAIT
+        # Just after the start the leader may not have forked the command yet.
+        while not targets and not self._ended and time.monotonic() < deadline:
+            if not is_alive(self._leader, self._start_time):
+                return
+            time.sleep(0.005)
+            targets = self._descendants()
+        send(targets, signum)
 
 
 class NamespaceTree:

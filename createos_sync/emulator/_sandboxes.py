@@ -1,6 +1,6 @@
 """Sandboxes: records, asynchronous status transitions, storage and processes.
 
-A transition (``creating``, ``pausing``, ``resuming``, ``destroying``) takes
+A transition (``creating``, ``forking``, ``pausing``, ``resuming``, ``destroying``) takes
 effect at once on the processes and files (pause really SIGSTOPs every
 process, destroy kills them and removes the storage), while the reported
 status reaches its target only after ``transition_delay``, as on the service.
@@ -58,6 +58,19 @@ class SandboxSpec:
     egress: list[str]
     auto_pause_after_seconds: int | None
     ingress_enabled: bool
+    workdir: str = "/workspace"  # a template's WORKDIR: where commands start by default
+    lowers: tuple[Path, ...] = ()  # a template's layers, under the sandbox's own
+    forked_from: str | None = None
+
+
+@dataclass(frozen=True)
+class ForkChanges:
+    """What a fork request changes from its source (None: the source's)."""
+
+    start_paused: bool = False
+    egress: list[Any] | None = None
+    envs: dict[str, str] = field(default_factory=dict)
+    ingress_enabled: bool | None = None
 
 
 @dataclass
@@ -114,6 +127,7 @@ class Sandbox:
             "created_at": timestamp(self.created_at),
             "paused_at": timestamp(self.paused_at) if status == "paused" else None,
             "auto_pause_after_seconds": spec.auto_pause_after_seconds,
+            "forked_from": spec.forked_from,
         }
 
     def idle_for(self, now: float) -> float:
@@ -191,20 +205,36 @@ class SandboxStore:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def create(self, spec: SandboxSpec) -> Sandbox:
+    def create(self, spec: SandboxSpec, seed: Path | None = None) -> Sandbox:
+        """A new sandbox; ``seed`` is a template whose storage trees it starts with."""
         sandbox = self._new(spec)
         sandbox.storage.create()
+        if seed is not None:
+            sandbox.storage.seed_from(seed)
+        self.isolation.prepare(sandbox.storage)
         return self._add(sandbox)
 
-    def fork(self, source_id: str, name: str | None) -> Sandbox:
+    def fork(self, source_id: str, changes: ForkChanges) -> Sandbox:
+        """A copy of a running or paused sandbox's files and layer; the source is untouched."""
         source = self.live(source_id)
         with source.lock:
             status = source.settle()
             if status not in ("running", "paused"):
                 raise ApiError(409, f"sandbox is {status}: only running or paused ones fork")
-            sandbox = self._new(replace(source.spec, name=name))
-            sandbox.egress = list(source.egress)
+            spec = replace(
+                source.spec,
+                name=None,  # the service takes no name on a fork
+                envs={**source.spec.envs, **changes.envs},
+                ingress_enabled=source.spec.ingress_enabled
+                if changes.ingress_enabled is None
+                else changes.ingress_enabled,
+                forked_from=source.id,
+            )
+            sandbox = self._new(spec)
+            sandbox.begin("forking", "paused" if changes.start_paused else "running", self._delay)
+            sandbox.egress = list(source.egress if changes.egress is None else changes.egress)
             source.storage.copy_to(sandbox.storage)
+        self.isolation.prepare(sandbox.storage)
         return self._add(sandbox)
 
     def _new(self, spec: SandboxSpec) -> Sandbox:
@@ -213,7 +243,7 @@ class SandboxStore:
         sandbox = Sandbox(
             id=sandbox_id,
             spec=spec,
-            storage=Storage(self._root / sandbox_id),
+            storage=Storage(self._root / sandbox_id, spec.lowers),
             ip=f"10.88.{n // 250}.{n % 250 + 2}",
             status="creating",
             due=0.0,
@@ -228,10 +258,12 @@ class SandboxStore:
     def _add(self, sandbox: Sandbox) -> Sandbox:
         try:
             sandbox.net = self.networks.create()
+            assert sandbox.net.agent is not None
             self._agents.serve(sandbox.id, sandbox.net.agent)
         except BaseException:
             if sandbox.net is not None:
                 self._release_net(sandbox)
+            self.isolation.release(sandbox.storage)
             sandbox.storage.remove()
             raise
         with self._lock:
@@ -242,7 +274,8 @@ class SandboxStore:
         with sandbox.lock:
             net, sandbox.net = sandbox.net, None
         if net is not None:
-            self._agents.forget(net.agent)
+            if net.agent is not None:
+                self._agents.forget(net.agent)
             net.close()
 
     def _agent_request(self, sandbox_id: str, action: str) -> None:
@@ -290,21 +323,40 @@ class SandboxStore:
         for process in processes:
             process.stop()
         self._release_net(sandbox)
+        self.isolation.release(sandbox.storage)
         sandbox.storage.remove()
+        return sandbox
+
+    def fail(self, sandbox_id: str, status: str) -> Sandbox:
+        """The sandbox breaks down (``failed`` or ``error``): its processes die with it,
+        and their output streams end without an exit frame, as a dead VM's would."""
+        sandbox = self.live(sandbox_id)
+        with sandbox.lock:
+            sandbox.status, sandbox.target = status, None
+            processes = list(sandbox.processes.values())
+        for process in processes:
+            process.abort()
         return sandbox
 
     # -- processes ---------------------------------------------------------
 
-    def new_process(self, kind: str, command: Command) -> ManagedProcess:
+    def new_process(
+        self, kind: str, command: Command, *, size: tuple[int, int] | None = None
+    ) -> ManagedProcess:
         """A process record, not yet started (so a reader can attach first)."""
         process_id = f"proc-{secrets.token_hex(8)}"
-        return ManagedProcess(process_id, kind, command, self._journal_bytes, self._frame_bytes)
+        return ManagedProcess(
+            process_id, kind, command, self._journal_bytes, self._frame_bytes, size=size
+        )
 
     def spawn(self, sandbox_id: str, process: ManagedProcess) -> None:
         """Start ``process`` in a running sandbox and register it."""
         sandbox = self.running(sandbox_id)
+        self.isolation.prepare(sandbox.storage, wait=True)  # here, never in the spawner
         with sandbox.lock:
             if sandbox.settle() != "running":
+                if sandbox.settle() in ("destroying", "destroyed"):
+                    self.isolation.release(sandbox.storage)  # mounted again meanwhile
                 raise ApiError(409, "sandbox is no longer running")
             sandbox.processes[process.id] = process
             self._spawner.submit(self._start, sandbox, process).result()
@@ -312,13 +364,27 @@ class SandboxStore:
     def _start(self, sandbox: Sandbox, process: ManagedProcess) -> None:
         """On the spawner thread: start the process inside the sandbox's network."""
         net = sandbox.net
-        with net.entered() if net is not None else contextlib.nullcontext():
-            process.start(self.isolation, sandbox.storage)
+        if net is None:  # released meanwhile: the sandbox is being destroyed
+            raise ApiError(409, "sandbox is no longer running")
+        self._start_in(net, sandbox.storage, process)
+
+    def _start_in(self, net: Network, storage: Storage, process: ManagedProcess) -> None:
+        """On the spawner thread: every launch (plain, bubblewrap, terminal, build step)
+        starts here, inside its network namespace; bubblewrap's mount namespace
+        (``_layers``, entered with ``nsenter --mount``) keeps the network it inherits."""
+        with net.entered():
+            process.start(self.isolation, storage)
+
+    def start_unlisted(self, storage: Storage, process: ManagedProcess, net: Network) -> None:
+        """Start a process of no listed sandbox (a template build's step) in ``storage``,
+        inside ``net`` (the build's own: ``Networks.create(agent=False)``)."""
+        self.isolation.prepare(storage, wait=True)
+        self._spawner.submit(self._start_in, net, storage, process).result()
 
     def process(self, sandbox_id: str, process_id: str) -> ManagedProcess:
-        """A managed process (not an exec) of a live sandbox; 404 otherwise."""
+        """A managed process or terminal (not an exec) of a live sandbox; 404 otherwise."""
         process = self.live(sandbox_id).processes.get(process_id)
-        if process is None or process.kind != "process":
+        if process is None or process.kind not in ("process", "pty"):
             raise ApiError(404, "process not found")
         return process
 
@@ -335,6 +401,12 @@ class SandboxStore:
         with self._lock:
             every = list(self._sandboxes.values())
         return [s.id for s in every if s.settle() not in ("destroying", "destroyed")]
+
+    def uses_layer(self, layer: Path) -> bool:
+        """Whether a sandbox that is not destroyed lies on ``layer`` (a template's)."""
+        with self._lock:
+            every = list(self._sandboxes.values())
+        return any(layer in s.storage.lowers for s in every if s.settle() != "destroyed")
 
     def live_processes(self) -> list[LiveProcess]:
         with self._lock:
@@ -363,6 +435,7 @@ class SandboxStore:
         self._spawner.shutdown()
         self._agents.close()
         self.networks.close()
+        self.isolation.close()
 
     def _tick(self) -> None:
         while not self._closed.wait(TICK):

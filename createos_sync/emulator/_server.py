@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import secrets
 import shutil
+import ssl
 import tempfile
 import threading
 from pathlib import Path
@@ -17,9 +18,13 @@ from ._faults import FaultQueue
 from ._http import Connections, serve
 from ._ingress import PREFIX as INGRESS_PREFIX
 from ._isolation import choose
+from ._janitor import Janitor
+from ._layers import remove_tree
 from ._ratelimit import RateLimiter
 from ._requestlog import RequestLog, RequestRecord
 from ._sandboxes import LiveProcess, SandboxStore
+from ._templates import TemplateStore
+from ._tls import server_context
 from ._wire import ApiError
 
 if TYPE_CHECKING:
@@ -48,6 +53,8 @@ class Emulator:
     """A CreateOS-compatible HTTP server on loopback that runs real processes.
 
     Use it as a context manager, or call ``start()`` and ``close()``.
+    With ``tls=True`` it serves HTTPS with a certificate from a throwaway CA
+    whose certificate is at ``ca_path`` (``client()`` trusts it).
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class Emulator:
         rate_limit: int | None = 300,
         heartbeat_interval: float = 1.0,
         root_dir: str | Path | None = None,
+        tls: bool = False,
     ) -> None:
         _check_loopback(host)
         if isolation not in ("auto", "bwrap", "none"):
@@ -84,17 +92,22 @@ class Emulator:
         self._frame_bytes = frame_bytes
         self._heartbeat = heartbeat_interval
         self._root_dir = Path(root_dir) if root_dir is not None else None
+        self._tls = bool(tls)
+        self._tls_dir: str | None = None
         self.faults = FaultQueue()
         self._requests = RequestLog()
         self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
         self._store: SandboxStore | None = None
+        self._templates: TemplateStore | None = None
         self._server: BaseWSGIServer | None = None
         self._connections: Connections | None = None
         self._thread: threading.Thread | None = None
         self._temp_root: str | None = None
+        self._janitor: Janitor | None = None
         self.url = ""
         self.isolation = ""
         self.network = ""
+        self.ca_path: str | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -105,6 +118,7 @@ class Emulator:
         isolation = choose(self._isolation_mode)
         if self._root_dir is None:
             self._temp_root = tempfile.mkdtemp(prefix="createos-emulator-")
+            self._janitor = Janitor(self._temp_root)  # removes it even after kill -9
             root = Path(self._temp_root)
         else:
             root = self._root_dir
@@ -117,8 +131,12 @@ class Emulator:
             frame_bytes=self._frame_bytes,
             network=self._network_mode,
         )
+        self._templates = TemplateStore(
+            self._store, root / "templates", frame_bytes=self._frame_bytes
+        )
         app = App(
             self._store,
+            self._templates,
             api_key=self.api_key,
             faults=self.faults,
             limiter=self._limiter,
@@ -126,14 +144,16 @@ class Emulator:
             heartbeat=self._heartbeat,
         )
         try:
-            self._server, self._connections = serve(self._host, self._port, app)
+            tls = self._tls_context()
+            self._server, self._connections = serve(self._host, self._port, app, tls)
         except BaseException:
+            self._templates.close()
             self._store.close()
             self._remove_temp_root()
             raise
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
-        self.url = f"http://{shown}:{port}"
+        self.url = f"{'https' if tls else 'http'}://{shown}:{port}"
         self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
         self.isolation = isolation.name
         self.network = self._store.networks.name
@@ -154,6 +174,8 @@ class Emulator:
 
     def close(self) -> None:
         """Kill every process, stop serving, cut open connections, remove the temp root."""
+        if self._templates is not None:
+            self._templates.close()
         if self._store is not None:
             self._store.close()
         if self._server is not None and self._thread is not None:
@@ -165,10 +187,26 @@ class Emulator:
         self._server = self._thread = None
         self._remove_temp_root()
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """A fresh CA and certificate (HTTPS asked for), kept apart from any ``root_dir``."""
+        if not self._tls:
+            return None
+        self._tls_dir = tempfile.mkdtemp(prefix="createos-emulator-tls-")
+        context, ca_path = server_context(Path(self._tls_dir))
+        self.ca_path = str(ca_path)
+        return context
+
     def _remove_temp_root(self) -> None:
         if self._temp_root is not None:
-            shutil.rmtree(self._temp_root, ignore_errors=True)
+            remove_tree(Path(self._temp_root))  # overlay work dirs need their mode fixed
             self._temp_root = None
+        if self._janitor is not None:
+            self._janitor.release()
+            self._janitor = None
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
+            self._tls_dir = None
+            self.ca_path = None
 
     def __enter__(self) -> Emulator:
         return self.start()
@@ -184,10 +222,17 @@ class Emulator:
     # -- for tests ---------------------------------------------------------
 
     def client(self, **kwargs: Any) -> Client:
-        """A ``createos_sync.Client`` configured for this emulator."""
+        """A ``createos_sync.Client`` configured for this emulator (trusting its CA over TLS)."""
         from createos_sync import Client
 
+        if self.ca_path is not None:
+            kwargs.setdefault("ca_bundle", self.ca_path)
         return Client(api_key=self.api_key, base_url=self.url, **kwargs)
+
+    @property
+    def connections_accepted(self) -> int:
+        """TCP connections accepted so far: how tests and benchmarks see connection reuse."""
+        return self._connections.accepted if self._connections is not None else 0
 
     @property
     def request_log(self) -> list[RequestRecord]:
@@ -203,6 +248,20 @@ class Emulator:
     def live_processes(self) -> list[LiveProcess]:
         """Processes whose tree still has a running OS process (asks the kernel)."""
         return self._require_store().live_processes()
+
+    def fail_sandbox(self, sandbox_id: str, status: str = "failed") -> None:
+        """Make a sandbox break down as a failing VM would (``failed`` or ``error``).
+
+        Its processes are killed, their output streams end without an exit
+        frame, and it answers with that status from now on (creating a
+        process: 409). It can still be destroyed.
+        """
+        if status not in ("failed", "error"):
+            raise ValueError("status must be 'failed' or 'error'")
+        try:
+            self._require_store().fail(sandbox_id, status)
+        except ApiError:
+            raise KeyError(sandbox_id) from None
 
     def sandbox_path(self, sandbox_id: str, path: str) -> Path:
         """The host path where ``path`` of that sandbox is stored."""

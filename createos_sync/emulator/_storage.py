@@ -2,7 +2,9 @@
 
 Only three sandbox trees exist as storage: ``/workspace``, ``/tmp`` and
 ``/home/user``. The files API maps them the same way in both isolation modes;
-anything else is refused. The host path is resolved and checked to stay
+anything else is refused. Under bubblewrap with overlays (``_layers``), the
+rest of the tree a sandbox wrote lives in ``layer/``, over ``lowers`` (the
+layers of the template it was made from). The host path is resolved and checked to stay
 inside the storage, and the last component is opened with O_NOFOLLOW, so a
 symlink planted by a sandboxed command cannot make the API read or write a
 host file. (Absolute symlink targets are host paths once resolved here, so a
@@ -14,10 +16,11 @@ from __future__ import annotations
 import os
 import posixpath
 import secrets
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+
+from ._layers import UPPER, copy_tree, locate, remove_tree
 
 MOUNTS = (("/workspace", "workspace"), ("/tmp", "tmp"), ("/home/user", "home"))
 CHUNK = 1 << 20
@@ -34,18 +37,31 @@ class PathRefused(Exception):
 class Storage:
     """Directories ``workspace/``, ``tmp/`` and ``home/`` under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, lowers: tuple[Path, ...] = ()) -> None:
         self.root = root
+        self.lowers = lowers  # template layers under this sandbox's own, topmost first
+
+    @property
+    def layer(self) -> Path:
+        """This sandbox's writable layer (the overlays' upper directories)."""
+        return self.root / UPPER
 
     def create(self) -> None:
         for _, name in MOUNTS:
             (self.root / name).mkdir(parents=True, exist_ok=True)
 
     def copy_to(self, other: Storage) -> None:
-        shutil.copytree(self.root, other.root, symlinks=True)
+        copy_tree(self.root, other.root)
+
+    def seed_from(self, template_root: Path) -> None:
+        """Start the storage trees as a template's (its layer is a lower, not copied)."""
+        for _, name in MOUNTS:
+            if (template_root / name).is_dir():
+                remove_tree(self.root / name)
+                copy_tree(template_root / name, self.root / name)
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
     def dir(self, mount: str) -> Path:
         """Host directory of one of the MOUNTS (by sandbox path)."""
@@ -59,9 +75,11 @@ class Storage:
         return None
 
     def view(self, sandbox_path: str) -> str:
-        """Host path of what a command sees at ``sandbox_path`` (system paths are shared)."""
+        """Host path of what a command sees at ``sandbox_path`` (the layers, else the host's)."""
         mapped = self.host_path(sandbox_path)
-        return str(mapped) if mapped is not None else sandbox_path
+        if mapped is not None:
+            return str(mapped)
+        return locate(self.layer, self.lowers, sandbox_path)
 
     def checked_path(self, sandbox_path: str) -> Path:
         """The resolved host path for the files API; raises PathRefused."""

@@ -14,11 +14,11 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._journal import End, Frame, Reader
+from ._journal import Aborted, End, Expired, Frame, Reader
 from ._processes import ManagedProcess
 
 HEARTBEAT = b'{"type":"heartbeat"}\n'
-EXPIRED = b'{"type":"error","error":"output_offset_expired"}\n'
+EXPIRED = "output_offset_expired"
 
 
 def _line(obj: dict[str, Any]) -> bytes:
@@ -34,6 +34,12 @@ def data_line(frame: Frame) -> bytes:
     return head + encoded + b'"}\n'
 
 
+def expired_line(expired: Expired) -> bytes:
+    return _line(
+        {"type": "error", "error": EXPIRED, "oldest_available_seq": expired.oldest_seq}
+    )
+
+
 def exit_line(end: End) -> bytes:
     if end.signal is not None:
         return _line({"type": "exit", "signal": end.signal})
@@ -41,11 +47,17 @@ def exit_line(end: End) -> bytes:
 
 
 class ConnectStream:
-    """``process.connect``: replayed and live frames, heartbeats, then the exit frame."""
+    """``process.connect``: replayed and live frames, heartbeats, then the exit frame.
+
+    A connection that goes away before the end (the client, the network, a
+    fault) leaves its reader's hold in the journal for the reconnection; an
+    aborted journal (a failed sandbox) ends the stream without an exit frame.
+    """
 
     def __init__(self, reader: Reader, heartbeat: float) -> None:
         self._reader = reader
         self._heartbeat = heartbeat
+        self._ended = False
 
     def __iter__(self) -> Iterator[bytes]:
         yield b""  # sends the status line and headers at once
@@ -55,15 +67,19 @@ class ConnectStream:
                 yield HEARTBEAT
             elif isinstance(item, Frame):
                 yield data_line(item)
-            elif isinstance(item, End):
-                yield exit_line(item)
-                return
             else:
-                yield EXPIRED
+                self._ended = True
+                if isinstance(item, End):
+                    yield exit_line(item)
+                elif isinstance(item, Expired):
+                    yield expired_line(item)
                 return
 
     def close(self) -> None:
-        self._reader.close()
+        if self._ended:
+            self._reader.close()
+        else:
+            self._reader.drop()
 
 
 def exec_status(end: End) -> tuple[int, str | None]:
@@ -116,8 +132,10 @@ class ExecStream:
                     yield _line({"error": error})
                 yield _line({"exit_code": code})
                 return
+            elif isinstance(item, Aborted):
+                return  # the sandbox failed: no exit code will come
             else:
-                yield _line({"error": "output_offset_expired"})
+                yield _line({"error": EXPIRED})
                 return
 
     def close(self) -> None:

@@ -1,7 +1,9 @@
 """The emulator's side of the wire format: JSend envelopes, body fields, timestamps.
 
 Failures are raised as ``ApiError`` anywhere below the app and turned into one
-envelope shape here: ``fail`` for 4xx, ``error`` for 5xx, as the service does.
+envelope shape here: ``fail`` for 4xx, ``error`` for 5xx, as the service
+usually does; the service also answers some 4xx with ``error`` envelopes
+(``{"status": "error", "message": ...}``), which a fault can ask for.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ class ApiError(Exception):
         *,
         headers: dict[str, str] | None = None,
         data: Any = None,
+        envelope: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
         self.data = data
+        self.envelope = envelope or ("error" if status >= 500 else "fail")
 
 
 def success(data: Any, status: int = 200) -> Response:
@@ -38,7 +42,7 @@ def success(data: Any, status: int = 200) -> Response:
 
 
 def failure(error: ApiError) -> Response:
-    if error.status >= 500:
+    if error.envelope == "error":
         body = {"status": "error", "message": error.message, "code": error.status}
     else:
         body = {

@@ -1,7 +1,7 @@
 """``Lease``: one sandbox, owned from ``open()`` to ``close()``, never leaked.
 
 ``Lease`` is a facade: its lifecycle and the containment rule live in
-``_core``, and each capability (commands, files, sandbox features) is a
+``_core``, and each capability (commands, files, sandbox features, forks) is a
 mixin that validates arguments and hands over to its engine module
 (``createos_sync.process``, ``createos_sync.files``, ``createos_sync.network``, ...).
 """
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from .._options import LeaseOptions, OnExit
 from ._commands import DEFAULT_MAX_OUTPUT
+from ._display import DisplayMethods
 from ._features import FeatureMethods
 from ._files import FileMethods
+from ._fork import ForkMethods
 from ._network import NetworkMethods
 
 
-class Lease(FileMethods, FeatureMethods, NetworkMethods):
+class Lease(FileMethods, FeatureMethods, NetworkMethods, ForkMethods, DisplayMethods):
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 
 

@@ -13,6 +13,7 @@ from .._command import Command
 from .._options import check_seconds
 from .._output import Capture, fan_out
 from .._output import echo as echo_output
+from .._terminal import Size, on_terminal, terminal_size
 from ..result import RunResult
 from ._core import LeaseCore
 
@@ -34,15 +35,49 @@ class CommandMethods(LeaseCore):
         on_output: Callable[[str, str], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        pty: bool | tuple[int, int] | None = None,
     ) -> RunResult:
-        """Run a command to completion in the sandbox and return its ``RunResult``.
+        r"""Run a command to completion in the sandbox and return its ``RunResult``.
 
-        A ``str`` runs as a bash script (``bash -lc``); a sequence runs as argv,
-        each item quoted. The process waits at a start gate until its output
-        stream is attached, so nothing it writes is lost. On timeout the
-        process tree is terminated and the result has ``timed_out=True``.
-        Ctrl-C terminates the process tree, then re-raises; a second Ctrl-C
+        The process waits at a start gate until its output stream is
+        attached, so nothing it writes is lost; a dropped stream is
+        reattached to the same process, without duplicates or gaps. Ctrl-C
+        terminates the process tree, then re-raises; a second Ctrl-C
         meanwhile destroys the sandbox.
+
+        Args:
+            cmd: a ``str`` runs as a bash script (``bash -lc``); a sequence
+                of ``str`` runs as argv, each item shell-quoted.
+            cwd: the working directory (default: the sandbox's own).
+            env: variables for this command only; names match
+                ``[A-Za-z_][A-Za-z0-9_]*``, values may hold anything but NUL.
+            stdin: ``str``, ``bytes`` or a binary file object, staged in the
+                sandbox before the command starts; None gives an empty stdin,
+                so the command never hangs waiting for input.
+            timeout: seconds. The default is the lease's ``timeout``, else
+                the client's (``Client(timeout=...)``, 300 s unless changed).
+                On expiry the process tree is terminated and the result has
+                ``timed_out=True``, ``exit_code=None`` and the output read so
+                far.
+            check: raise ``CommandFailed`` for a non-zero exit (or a
+                signal), ``CommandTimeout`` for a timeout, instead of
+                returning; both carry ``.result``.
+            on_output: ``on_output(stream, text)`` is called live, in order,
+                with decoded text; ``stream`` is ``"stdout"`` or
+                ``"stderr"``. It sees everything, whatever ``max_output``
+                keeps.
+            echo: write the output live to ``sys.stdout`` / ``sys.stderr``
+                as it arrives (in a notebook: under the cell).
+            max_output: how many characters of ``stdout`` and of ``stderr``
+                the result keeps (the last ones; default 4 MiB each);
+                ``result.truncated`` is True when some were cut.
+            pty: ``True`` (80x24) or ``(rows, cols)`` runs the command on a
+                terminal: its output (stdout and stderr merged, with the
+                terminal's ``\r\n`` line ends) is ``stdout``; ``TERM``
+                defaults to ``xterm-256color``. Nothing is typed but a Ctrl-D
+                after the start, so a command reading lines sees the end of
+                its input; ``stdin`` cannot be given with it (type into a
+                terminal with ``start(..., pty=...)``). None or False: pipes.
 
         Request budget: 3 (create, output stream, start-gate release), plus 1
         upload when ``stdin`` is given, plus reconnections of a dropped stream.
@@ -52,23 +87,25 @@ class CommandMethods(LeaseCore):
             CommandFailed, CommandTimeout: with ``check=True``.
             OutputLostError: output was evicted before it could be read.
             CreateosCleanupError: the lease is poisoned by an unconfirmed cleanup.
-            LeaseClosed: the lease is not open.
+            LeaseClosed: the lease is not open, or ``close()`` (from another
+                thread) terminated the command; at ``max_lifetime`` the run
+                ends as timed out instead.
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         process.validate_stdin(stdin)
         _check_output_options(max_output, on_output)
+        size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
-        capture = Capture(max_output)
-        deliver = fan_out(capture.write, on_output, echo_output if echo else None)
         result = process.run(
             box,
             command,
             stdin=stdin,
             timeout=limit,
-            capture=capture,
-            deliver=deliver,
+            capture=Capture(max_output),
+            deliver=fan_out(on_output, echo_output if echo else None),
             escalate=self._destroy_now,
+            pty=size,
         )
         return result.check() if check else result
 
@@ -82,16 +119,42 @@ class CommandMethods(LeaseCore):
         on_output: Callable[[str, str], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        pty: bool | tuple[int, int] | None = None,
     ) -> process.Process:
-        """Start a command in the background and return its ``Process``.
+        r"""Start a command in the background and return its ``Process`` (like ``Popen``).
 
-        Without ``stdin`` the process's stdin stays open for ``send()`` until
-        ``close_stdin()``. Returns once the output stream is attached and the
-        command released. Request budget: 3, like ``run()``.
+        Returns once the output stream is attached and the command released;
+        the output is followed from a thread, so none is evicted while
+        nobody reads. The process runs until it ends, ``terminate()`` or
+        ``kill()``, or the lease closes (which terminates it). Request
+        budget: 3, like ``run()``.
+
+        Args:
+            cmd: a ``str`` runs as a bash script, a sequence as argv (as in ``run``).
+            cwd: the working directory (default: the sandbox's own).
+            env: variables for this command only (as in ``run``).
+            stdin: ``str``, ``bytes`` or a binary file object given as the
+                command's stdin; without it, stdin stays open for
+                ``Process.send()`` until ``Process.close_stdin()``.
+            on_output: ``on_output(stream, text)``, called live from the
+                following thread, in order (``stream`` is ``"stdout"`` or
+                ``"stderr"``).
+            echo: write the output live to ``sys.stdout`` / ``sys.stderr``.
+            max_output: characters of each stream that ``Process.wait()``'s
+                result keeps (the last ones; ``truncated`` says if any were cut).
+            pty: ``True`` (80x24) or ``(rows, cols)`` runs it on a terminal
+                (see ``run``): ``Process.send()`` types into it (echoed;
+                ``"\x03"`` is Ctrl-C), ``Process.resize()`` changes its size,
+                and ``stdin`` cannot be given with it.
+
+        Raises:
+            ValueError, TypeError: invalid arguments, before any request.
+            LeaseClosed: the lease is not open.
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         process.validate_stdin(stdin)
         _check_output_options(max_output, on_output)
+        size, command = _terminal_options(pty, stdin, command)
         return process.start(
             self._usable_box(),
             command,
@@ -99,6 +162,7 @@ class CommandMethods(LeaseCore):
             max_output=max_output,
             on_output=on_output,
             echo=echo_output if echo else None,
+            pty=size,
         )
 
     def process(
@@ -112,7 +176,14 @@ class CommandMethods(LeaseCore):
         """Reattach to a process of this sandbox by id (after a kernel restart, say).
 
         Its output is replayed from whatever the journal still holds. If it is
-        still running, it is terminated when this lease closes.
+        still running, it is terminated when this lease closes. Request
+        budget: 2 (read the process, attach its output).
+
+        Args:
+            process_id: the id of a process of this sandbox (``Process.id``).
+            on_output: ``on_output(stream, text)``, as in ``start``.
+            echo: write the output live to ``sys.stdout`` / ``sys.stderr``.
+            max_output: characters of each stream ``Process.wait()`` keeps.
         """
         if not isinstance(process_id, str) or not process_id:
             raise ValueError("process_id must be a non-empty str")
@@ -128,6 +199,15 @@ class CommandMethods(LeaseCore):
     def _housekeeping_run(self, argv: list[str]) -> RunResult:
         return self.run(argv, max_output=files.HOUSEKEEPING_OUTPUT)
 
+
+def _terminal_options(pty: object, stdin: object, command: Command) -> tuple[Size | None, Command]:
+    """The terminal size asked for, and the command as it runs there."""
+    size = terminal_size(pty)
+    if size is None:
+        return None, command
+    if stdin is not None:
+        raise ValueError("a terminal process reads what is typed: stdin= cannot be given with pty")
+    return size, on_terminal(command)
 
 
 def _check_output_options(max_output: int, on_output: object) -> None:

@@ -2,36 +2,38 @@
 
 Request budget: ``open()`` costs one creation request plus status polls
 (none when the sandbox is already running), plus one for the ttl watchdog;
-``close()`` costs one destroy (or, for a kept or paused sandbox, one write
-that stops the watchdog plus the pause), plus one termination per process
-still running.
+``close()`` costs one destroy (or, for a kept or paused sandbox, one
+termination of the watchdog plus the pause), plus one termination per
+process still running. The ttl's own steps are in ``_ttl``.
 """
 
 from __future__ import annotations
 
-import html
 import logging
-import secrets
 import threading
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import _background, _registry, _sandbox
+from .. import _background, _journal, _registry, _sandbox, _shield
 from .._box import Box
-from .._containment import terminate_unfinished
+from .._containment import CleanupTime, terminate_unfinished
 from .._deadline import Deadline
-from .._journal import Entry, Journal
+from .._journal import Journal
 from .._options import LeaseOptions, OnExit
 from .._watchdog import Watchdog
 from ..errors import (
     CreateosCleanupError,
     CreateosError,
     LeaseClosed,
+    SandboxUnavailable,
     add_note,
     attach_cleanup_failure,
+    is_cleanup_error,
 )
 from ..models import SandboxInfo
+from . import _ttl
+from ._making import Record, make
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -55,14 +57,19 @@ class LeaseCore:
         self._client = client
         self._options = options
         self._owns_client = owns_client
-        self._journal = journal if journal is not None else Journal()
+        # The record that lets a crashed program's sandbox be found: off only when asked.
+        self._record = Record(
+            (journal if journal is not None else Journal())
+            if options.journal and _journal.enabled()
+            else None
+        )
         self._on_exit: OnExit = options.effective_on_exit
         self._lock = threading.RLock()
         self._state = "new"  # new -> opening -> open -> closing -> closed
         self._closed_event = threading.Event()
         self._box: Box | None = None
         self._info: SandboxInfo | None = None
-        self._journal_name: str | None = None
+        self._abandoned: CreateosCleanupError | None = None
         self._lifetime: _background.Job | None = None
         self._watchdog = Watchdog(options.effective_ttl)
         self._expired = False
@@ -99,50 +106,75 @@ class LeaseCore:
     # --- open / close -----------------------------------------------------
 
     def open(self: L) -> L:
-        """Create (or attach to) the sandbox and wait until it runs.
+        """Create, fork or attach to the sandbox and wait until it runs (a fork made
+        ``start_paused``: until it is paused).
 
         If anything fails once a sandbox was created, the sandbox is destroyed
         before the error propagates; if that destroy fails too, the error is
-        ``CreateosCleanupError`` naming the sandbox.
+        ``CreateosCleanupError`` naming the sandbox. The same holds for
+        Ctrl-C: an interrupt during ``open()`` destroys what it created, and a
+        second one that cuts that short leaves a note naming the sandbox on
+        the ``KeyboardInterrupt`` (and the sandbox in the lease journal). A
+        ``close()`` from another thread meanwhile wins: ``open()`` destroys
+        what it created and raises ``LeaseClosed``.
 
-        Request budget: 1 creation (or read, when attaching) plus status
-        polls, plus 1 for the ttl watchdog when ``ttl`` is on; then 1 renewal
-        per ``ttl / 3`` in the background while the lease is open.
+        Request budget: 1 creation (or fork, or read when attaching) plus
+        status polls, plus 1 for the ttl watchdog when ``ttl`` is on (a fork
+        made ``start_paused``: at its first ``resume()``); then 1 renewal per
+        ``ttl / 3`` in the background while the lease is open.
+
+        The sandbox is recorded in the lease journal before it is asked for:
+        if the journal cannot be written, nothing is created (``ConfigError``)
+        unless the lease was made with ``journal=False`` (or
+        ``CREATEOS_SYNC_JOURNAL=off``).
 
         Raises:
-            LeaseClosed: the lease was already closed.
+            LeaseClosed: the lease was already closed, or was closed meanwhile.
+            ConfigError: the lease journal cannot be written.
             CreateosApiError, OperationTimeout, SandboxUnavailable: opening failed.
             CreateosCleanupError: opening failed and the sandbox could not be destroyed.
         """
-        with self._lock:
-            if self._state == "open":
-                return self
-            if self._state != "new":
-                raise LeaseClosed("this lease is closed; leases cannot be reopened")
-            self._state = "opening"
+        # Interrupts wait while the bookkeeping runs, and act at once during requests
+        # and waits (see _shield): none can land between a sandbox and its record.
+        with _shield.held():
+            with self._lock:
+                if self._state == "open":
+                    return self
+                if self._state == "opening":
+                    raise LeaseClosed("this lease is being opened by another thread")
+                if self._state != "new":
+                    raise LeaseClosed("this lease is closed; leases cannot be reopened")
+                self._state = "opening"
+            try:
+                deadline = Deadline.after(self._command_timeout())
+                info = self._obtain(deadline)
+                sleep, explain = self._client.sleep, self._watchdog.explain
+                box = Box(self._client.transport, info.id, sleep=sleep, explain=explain)
+                if self._state == "opening":  # else close() won meanwhile: arm nothing
+                    _ttl.arm(self._watchdog, box, info, deadline)  # every way of opening is here
+                self._become_open(info, box)
+                with _shield.delivered():
+                    pass  # an interrupt held during the bookkeeping lands here, and undoes it
+            except BaseException as exc:
+                failure = self._abandon(exc)
+                if failure is not None:
+                    raise failure from exc
+                raise
+        return self
+
+    def _obtain(self, deadline: Deadline) -> SandboxInfo:
         transport = self._client.transport
-        deadline = Deadline.after(self._command_timeout())
-        try:
-            if self._options.sandbox_id is not None:
-                info = _sandbox.ensure_running(
+        if self._options.sandbox_id is not None:
+            with _shield.delivered():
+                return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-            elif self._options.fork_from is not None:
-                raise NotImplementedError("forks are not built yet (issue 12)")
-            else:
-                info = self._create(deadline)
-        except BaseException:
-            self._finish_close()
-            raise
-        box = Box(transport, info.id, sleep=self._client.sleep)
-        try:
-            # Every way of opening (create, fork, attach) reaches here with the sandbox running.
-            self._watchdog.arm(box, deadline)
-        except BaseException as exc:
-            error = self._open_failed(info.id, exc)
-            self._finish_close()
-            raise error from (None if error is exc else exc)
+        return make(self._client, self._options, self._record, deadline)
+
+    def _become_open(self, info: SandboxInfo, box: Box) -> None:
         with self._lock:
+            if self._state != "opening":  # close() was called meanwhile: it wins
+                raise LeaseClosed("the lease was closed while it was opening")
             self._info = info
             self._box = box
             self._state = "open"
@@ -156,62 +188,88 @@ class LeaseCore:
                 own_thread=True,  # closing may take long: never in the way of renewals
             )
         log.info("lease open on sandbox %s (%s)", info.id, info.status)
-        return self
 
-    def _create(self, deadline: Deadline) -> SandboxInfo:
-        transport = self._client.transport
-        token = secrets.token_hex(6)
-        prefix = self._options.name or "createos-sync"
-        name = f"{prefix}-{token}"
-        body = {**self._options.creation_body(), "name": name}
-        self._journal.add(Entry(name=name, base_url=transport.config.base_url))
-        self._journal_name = name
-        try:
-            info = _sandbox.create(
-                transport, body, deadline=deadline, cleanup_deadline=self._cleanup_deadline()
-            )
-        except CreateosCleanupError:
-            raise  # a sandbox may exist: the journal entry stays for `createos-sync reap`
-        except BaseException:
-            self._forget_journal()  # refused, or found and destroyed: nothing is left
-            raise
-        self._journal.set_sandbox(name, info.id)
-        log.info("created sandbox %s (%s)", info.id, name)
-        try:
-            return _sandbox.ensure_running(transport, info.id, deadline, self._client.sleep, info)
-        except BaseException as exc:
-            error = self._open_failed(info.id, exc)
-            raise error from (None if error is exc else exc)
+    def _abandon(self, exc: BaseException) -> CreateosCleanupError | None:
+        """``open()`` failed: destroy what it created, close the lease; a failure to raise.
 
-    def _open_failed(self, sandbox_id: str, exc: BaseException) -> BaseException:
-        """Opening failed once the sandbox existed: destroy one this lease made; what to raise.
-
-        ``exc`` itself once the sandbox is destroyed (or was attached, so not
-        ours to destroy), else ``CreateosCleanupError`` naming it.
+        An interrupt raised from here (it cut the destroy short) carries a note
+        naming the sandbox, which the journal keeps.
         """
-        if not self._options.creates:
-            return exc
-        if _sandbox.destroy(self._client.transport, sandbox_id, self._cleanup_deadline()):
+        sandbox_id = self._record.made_id
+        try:
+            if sandbox_id is None:
+                if not is_cleanup_error(exc):  # nothing was created, or it was found and destroyed
+                    self._forget_journal()
+                # else a sandbox may exist: the error says so, the journal keeps it. An
+                # attached sandbox stays, but not its watchdog (it would delete it).
+                failure = _ttl.stop(self._watchdog, self.id or "", "left as it was")
+            else:
+                self._watchdog.cancel()  # destroyed with its sandbox
+                failure = self._destroy_made(sandbox_id)
+            if failure is None:
+                return None
+            self._abandoned = failure
+            if isinstance(exc, Exception):
+                return failure
+            attach_cleanup_failure(exc, failure)  # KeyboardInterrupt stays what it is
+            return None
+        finally:
+            self._finish_close()
+
+    def _destroy_made(self, sandbox_id: str) -> CreateosCleanupError | None:
+        try:
+            with _shield.delivered():
+                destroyed = _sandbox.destroy(
+                    self._client.transport, sandbox_id, self._cleanup_deadline()
+                )
+        except BaseException as second:
+            kept = (
+                "the lease journal keeps it for `createos-sync reap`"
+                if self._record.journal
+                else f"destroy it with `createos-sync destroy {sandbox_id}`"
+            )
+            attach_cleanup_failure(
+                second,
+                CreateosCleanupError(
+                    f"interrupted while destroying sandbox {sandbox_id} after opening the lease "
+                    f"failed: it may still be running ({kept})",
+                    sandbox_id=sandbox_id,
+                    sandbox_destroyed=None,
+                ),
+            )
+            raise
+        if destroyed:
             self._forget_journal()
-            return exc
-        failure = CreateosCleanupError(
+            return None
+        return CreateosCleanupError(
             f"opening the lease failed after sandbox {sandbox_id} was created, and "
             "destroying the sandbox failed: it may still be running",
             sandbox_id=sandbox_id,
             sandbox_destroyed=False,
         )
-        if not isinstance(exc, Exception):  # KeyboardInterrupt stays what it is
-            attach_cleanup_failure(exc, failure)
-            return exc
-        return failure
 
     def close(self, *, fresh_session: bool = False) -> None:
         """Terminate unfinished processes, then apply ``on_exit``; idempotent.
 
-        Processes are terminated under a fresh deadline, each unconfirmed one
-        retried once and then read. If any stays unconfirmed (or a process
-        creation was ambiguous), the sandbox is destroyed whatever ``on_exit``
-        says. A Ctrl-C during termination skips straight to destroying it.
+        No new process starts once closing begins, and every process whose
+        creation was sent before is waited for and terminated. Each step
+        (waiting for creations, terminating, retrying, reading, destroying)
+        gets its own share of the cleanup time. If a termination stays
+        unconfirmed (or a process creation was ambiguous), the sandbox is
+        destroyed whatever ``on_exit`` says. A Ctrl-C during termination skips
+        straight to destroying it. A ``run()`` that closing cuts short (from
+        another thread) raises ``LeaseClosed``. Called while another thread
+        opens the lease, ``close()`` wins: it returns once ``open()`` has
+        destroyed what it created.
+
+        Request budget: one termination per process still running, then one
+        destroy (or a pause and its status polls); nothing for ``"keep"``.
+        With a ttl, ``"keep"`` and ``"pause"`` first terminate the watchdog:
+        1 request (up to 4 when that stays unconfirmed: see ``_watchdog``).
+
+        Args:
+            fresh_session: send the cleanup on a new HTTP session (the exit
+                hook's choice: at interpreter exit the old one may be mid-use).
 
         Raises:
             CreateosCleanupError: containment unconfirmed, or the sandbox could
@@ -219,20 +277,26 @@ class LeaseCore:
         """
         with self._lock:
             pending, self._pending_failure = self._pending_failure, None
-            if self._state in ("new", "closed"):
+            state = self._state
+            if state in ("new", "closed"):
                 self._finish_close()
                 if pending is not None:
                     raise pending
                 return
-            if self._state == "closing":
-                wait_for_other = True
-            else:
-                wait_for_other = False
+            if state == "open":
                 self._state = "closing"
                 if self._box is not None:
                     self._box.closing.set()
-        if wait_for_other:
+            elif state == "opening":
+                self._state = "closing"  # open() sees it, and undoes itself
+        if state != "open":
             self._closed_event.wait()
+            if state == "opening" and self._abandoned is not None:
+                raise CreateosCleanupError(
+                    str(self._abandoned),
+                    sandbox_id=self._abandoned.sandbox_id,
+                    sandbox_destroyed=self._abandoned.sandbox_destroyed,
+                )
             return
         if self._lifetime is not None:
             self._lifetime.cancel()
@@ -254,9 +318,9 @@ class LeaseCore:
         if self._watchdog.gone:  # deleted by its watchdog (or by someone else): nothing is left
             self._forget_journal()
             return None
-        deadline = self._cleanup_deadline()
+        budget = CleanupTime.of(box.transport)
         try:
-            terminate_unfinished(box.transport, box.sandbox_id, box.table, deadline)
+            terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
         except KeyboardInterrupt:
             log.warning(
                 "interrupted while terminating processes: destroying sandbox %s", box.sandbox_id
@@ -264,12 +328,11 @@ class LeaseCore:
             if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
                 self._forget_journal()
             raise
-        deadline = self._cleanup_deadline()  # terminations must not eat the destroy's time
         if box.table.poisoned:
-            return self._destroy_poisoned(box, deadline)
+            return self._destroy_poisoned(box, budget.destroy())
         if self._on_exit == "destroy":
-            self._watchdog.cancel()
-            if not _sandbox.destroy(box.transport, box.sandbox_id, deadline):
+            self._watchdog.cancel()  # destroyed with its sandbox: no request of its own
+            if not _sandbox.destroy(box.transport, box.sandbox_id, budget.destroy()):
                 return CreateosCleanupError(
                     f"sandbox {box.sandbox_id} could not be destroyed: it may still be running "
                     f"(retry with `createos-sync destroy {box.sandbox_id}`)",
@@ -279,13 +342,17 @@ class LeaseCore:
             self._info = None
             self._forget_journal()
             return None
-        failure = self._stop_watchdog(box)
-        if failure is not None or self._watchdog.gone:
+        kept = "kept" if self._on_exit == "keep" else "paused"
+        failure = _ttl.stop(self._watchdog, box.sandbox_id, kept, budget)
+        if failure is not None:
             return failure
+        if self._watchdog.gone:  # found deleted while stopping it: nothing is left
+            self._forget_journal()
+            return None
         if self._on_exit == "pause":
             try:
                 self._info = _sandbox.pause(
-                    box.transport, box.sandbox_id, deadline, self._client.sleep
+                    box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
                 )
             except CreateosError as exc:
                 return CreateosCleanupError(
@@ -294,22 +361,6 @@ class LeaseCore:
                     sandbox_destroyed=None,
                 )
         self._forget_journal()
-        return None
-
-    def _stop_watchdog(self, box: Box) -> CreateosCleanupError | None:
-        """Before keeping or pausing the sandbox at close: its watchdog must not fire later."""
-        try:
-            self._watchdog.stop()
-        except CreateosError as exc:
-            return CreateosCleanupError(
-                f"the ttl watchdog of sandbox {box.sandbox_id} could not be stopped ({exc}): "
-                f"the sandbox will delete itself within {self._watchdog.ttl:g} s instead of "
-                f"being {'kept' if self._on_exit == 'keep' else 'paused'}",
-                sandbox_id=box.sandbox_id,
-                sandbox_destroyed=None,
-            )
-        if self._watchdog.gone:
-            self._forget_journal()
         return None
 
     def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
@@ -358,12 +409,12 @@ class LeaseCore:
             self._client.close()
 
     def _forget_journal(self) -> None:
-        if self._journal_name is not None:
-            self._journal.remove(self._journal_name)
-            self._journal_name = None
+        self._record.forget()
 
     def _expire(self) -> None:
         self._expired = True
+        if self._box is not None:
+            self._box.table.expired = True  # a run it cuts short ends as timed out
         log.warning(
             "lease %s reached its max_lifetime of %g s: closing it",
             self.id,
@@ -401,9 +452,11 @@ class LeaseCore:
 
     # --- what the capability mixins use ------------------------------------
 
-    def _usable_box(self) -> Box:
+    def _usable_box(self, *, paused_ok: bool = False) -> Box:
+        """The open sandbox; a paused one only when ``paused_ok`` (commands and files need
+        it running: they raise ``SandboxUnavailable`` saying ``resume()`` first)."""
         with self._lock:
-            state, box = self._state, self._box
+            state, box, info = self._state, self._box, self._info
         if state in ("new", "opening"):
             raise LeaseClosed(
                 "this lease is not open: use `with cs.lease() as box:` or call open()"
@@ -423,7 +476,11 @@ class LeaseCore:
                 sandbox_id=box.sandbox_id,
                 process_ids=box.table.unconfirmed_ids,
             )
-        self._watchdog.verify()
+        if not paused_ok and info is not None and info.status == "paused":
+            raise SandboxUnavailable(
+                box.sandbox_id, "paused", "call resume() first (paused, or forked start_paused)"
+            )
+        self._watchdog.verify()  # LeaseExpired if its watchdog deleted the sandbox
         return box
 
     def _command_timeout(self) -> float:
@@ -431,30 +488,3 @@ class LeaseCore:
 
     def _op_deadline(self) -> Deadline:
         return Deadline.after(self._command_timeout())
-
-    # --- display ----------------------------------------------------------
-
-    def __repr__(self) -> str:
-        running = len(self._box.table.unfinished()) if self._box is not None else 0
-        return (
-            f"<Lease {self.id or '(no sandbox yet)'} status={self.status} "
-            f"on_exit={self._on_exit} processes={running}>"
-        )
-
-    def _repr_html_(self) -> str:
-        age = f"{time.monotonic() - self._opened_at:.0f}s" if self._opened_at else "-"
-        running = len(self._box.table.unfinished()) if self._box is not None else 0
-        rows = [
-            ("sandbox", self.id or "-"),
-            ("status", self.status or "-"),
-            ("age", age),
-            ("on exit", self._on_exit),
-            ("running processes", str(running)),
-        ]
-        cells = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-            for k, v in rows
-        )
-        return f"<table><caption>CreateOS lease</caption>{cells}</table>"
-
-

@@ -17,7 +17,7 @@ class FeatureMethods(LeaseCore):
 
     def info(self) -> SandboxInfo:
         """Read the sandbox afresh (1 request)."""
-        box = self._usable_box()
+        box = self._usable_box(paused_ok=True)
         info = SandboxInfo.from_api(_api.get_sandbox(box.transport, box.sandbox_id, box.deadline()))
         self._info = info
         return info
@@ -28,7 +28,7 @@ class FeatureMethods(LeaseCore):
         With a ttl, the watchdog is disarmed first (a paused sandbox's clock
         jumps when it resumes): 1 request more than the pause and its polls.
         """
-        box = self._usable_box()
+        box = self._usable_box(paused_ok=True)
         self._watchdog.hold()
         try:
             self._info = _sandbox.pause(
@@ -46,11 +46,12 @@ class FeatureMethods(LeaseCore):
         """Resume the sandbox and wait until it runs again.
 
         With a ttl, the watchdog is re-armed before this returns: 1 request
-        more than the resume and its polls.
+        more than the resume and its polls (for a fork made ``start_paused``,
+        that request starts its watchdog: the first resume arms the ttl).
         """
-        box = self._usable_box()
+        box = self._usable_box(paused_ok=True)
         self._info = _sandbox.ensure_running(
             box.transport, box.sandbox_id, self._op_deadline(), box.sleep
         )
-        self._watchdog.rearm()
+        self._watchdog.resumed(box, self._op_deadline())
         return self._info

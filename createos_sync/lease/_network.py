@@ -19,7 +19,7 @@ class NetworkMethods(LeaseCore):
         Request budget: 1 GET. A rule the service answers in a shape that is
         not a plausible host name, wildcard or CIDR shows as "(unrecognised)".
         """
-        return network.read_egress(self._usable_box(), self._op_deadline())
+        return network.read_egress(self._usable_box(paused_ok=True), self._op_deadline())
 
     def set_egress(self, rules: Sequence[str] | None) -> list[str]:
         """Replace the sandbox's egress rules; returns them as the service now has them.
@@ -35,7 +35,8 @@ class NetworkMethods(LeaseCore):
             ValueError: ``rules`` is not a sequence of non-empty strings (before any request).
         """
         checked = network.check_rules(rules)
-        return network.replace_egress(self._usable_box(), checked, self._op_deadline())
+        box = self._usable_box(paused_ok=True)
+        return network.replace_egress(box, checked, self._op_deadline())
 
     def set_ingress(self, enabled: bool) -> SandboxInfo:
         """Switch public ingress to the sandbox's ports on or off; returns the sandbox.
@@ -46,7 +47,7 @@ class NetworkMethods(LeaseCore):
             TypeError: ``enabled`` is not a bool (before any request).
         """
         network.check_enabled(enabled)
-        box = self._usable_box()
+        box = self._usable_box(paused_ok=True)
         self._info = network.set_ingress(box, enabled, self._op_deadline())
         return self._info
 
@@ -63,7 +64,7 @@ class NetworkMethods(LeaseCore):
             ProtocolError: the service's URL template does not make a safe URL.
         """
         network.check_port(port)
-        self._usable_box()  # a closed lease has no sandbox to preview
+        self._usable_box(paused_ok=True)  # a closed lease has no sandbox to preview
         return network.preview_url(self._info, port)
 
     def wait_for_port(self, port: int, *, timeout: float = 30.0) -> None:
@@ -97,6 +98,6 @@ class NetworkMethods(LeaseCore):
             ValueError: ``seconds`` is not whole seconds in 60..86400 (before any request).
         """
         checked = check_auto_pause(seconds)
-        box = self._usable_box()
+        box = self._usable_box(paused_ok=True)
         self._info = network.set_auto_pause(box, checked, self._op_deadline())
         return self._info

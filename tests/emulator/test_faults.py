@@ -21,6 +21,7 @@ def test_operation_names_are_the_published_ones() -> None:
             "healthz",
             "shapes",
             "rootfs",
+            "whoami",
             "sandbox.create",
             "sandbox.list",
             "sandbox.get",
@@ -40,8 +41,14 @@ def test_operation_names_are_the_published_ones() -> None:
             "process.input",
             "process.stdin_close",
             "process.signal",
+            "process.resize",
             "process.wait",
             "process.delete",
+            "template.create",
+            "template.list",
+            "template.get",
+            "template.delete",
+            "template.logs",
         ]
     )
 
@@ -61,6 +68,12 @@ def test_operation_names_are_the_published_ones() -> None:
         {"operation": "process.delete", "kill": False},
         {"operation": "healthz", "status": 503, "times": 0},
         {"operation": "healthz", "delay": -1},
+        {"operation": "sandbox.create", "status": 503, "perform": True},  # 503: not processed
+        {"operation": "sandbox.create", "status": 429, "perform": True},
+        {"operation": "healthz", "envelope": "error"},
+        {"operation": "healthz", "status": 400, "envelope": "jsend"},
+        {"operation": "healthz", "trickle": -1},
+        {"operation": "process.connect", "trickle": 0.1, "status": 500},
     ],
 )
 def test_incoherent_faults_are_refused(kwargs: dict[str, Any]) -> None:
@@ -103,8 +116,8 @@ def test_performed_creation_with_a_lost_reply_is_ambiguous(any_api: Api) -> None
         )
     [created] = any_api.data("GET", f"/v1/sandboxes/{sandbox_id}/processes")["processes"]
     assert created["state"] == "running"
-    any_api.emu.faults.add(Fault("sandbox.create", status=503, perform=True))
-    assert any_api.call("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb"}).status_code == 503
+    any_api.emu.faults.add(Fault("sandbox.create", status=502, perform=True))
+    assert any_api.call("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb"}).status_code == 502
     assert len(any_api.emu.live_sandboxes()) == 2
 
 
@@ -180,3 +193,27 @@ def test_admin_state_lists_live_sandboxes_and_processes(api: Api) -> None:
     [live] = state["processes"]
     assert (live["sandbox_id"], live["process_id"]) == (sandbox_id, process_id)
     assert live["pids"]
+
+
+def test_status_faults_carry_their_message_in_either_envelope(api: Api) -> None:
+    api.emu.faults.add(
+        Fault("sandbox.create", status=400, message="unknown shape", envelope="error")
+    )
+    api.emu.faults.add(Fault("sandbox.create", status=402, message="payment required"))
+    api.emu.faults.add(Fault("sandbox.create", status=503, message="no capacity"))
+    answers = [api.call("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb"}) for _ in range(3)]
+    assert [a.status_code for a in answers] == [400, 402, 503]
+    assert answers[0].json() == {"status": "error", "message": "unknown shape", "code": 400}
+    assert answers[1].json() == {
+        "status": "fail", "data": None, "message": "payment required", "code": 402
+    }
+    assert answers[2].json() == {"status": "error", "message": "no capacity", "code": 503}
+    assert api.emu.live_sandboxes() == []  # 503 means not processed: nothing was created
+
+
+def test_trickle_sends_the_real_answer_a_byte_at_a_time(api: Api) -> None:
+    api.emu.faults.add(Fault("healthz", trickle=0.01))
+    started = time.monotonic()
+    body = api.call("GET", "/healthz").content
+    assert json.loads(body) == {"status": "success", "data": {"ok": True}}
+    assert time.monotonic() - started >= 0.01 * len(body)

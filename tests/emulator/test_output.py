@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable
 
 from createos_sync.emulator import Emulator
+from createos_sync.emulator._journal import Journal
+from createos_sync.emulator._streams import ConnectStream
 
 from .helpers import Api, output, wait_until
 
@@ -63,11 +65,12 @@ def test_replay_after_n_and_eviction_without_a_reader(make_emu: Callable[..., Em
     newest = info["output"]["newest_seq"]
     assert newest >= 98
     assert info["output"]["bytes"] <= 4096
+    oldest = info["output"]["oldest_seq"]
     expired = api.connect(sandbox_id, process_id, after=0)
     assert expired.status_code == 410
     assert expired.json() == {
         "status": "fail",
-        "data": None,
+        "data": {"oldest_available_seq": oldest},
         "message": "output_offset_expired",
         "code": 410,
     }
@@ -117,7 +120,29 @@ def test_a_client_that_goes_away_detaches(make_emu: Callable[..., Emulator]) -> 
     response = api.connect(sandbox_id, process_id)
     release(api, sandbox_id, process_id)
     next(response.iter_lines())
-    response.close()  # without reading on: the pump must not stay blocked
+    response.close()  # without reading on: the pump must not stay blocked (beyond the
+    # short hold a dropped connection leaves for its reconnection)
     info = api.wait_exit(sandbox_id, process_id)
     assert info["exit_code"] == 0
     wait_until(lambda: api.data("GET", api.proc_path(sandbox_id, process_id))["tree_exited"])
+
+
+def test_eviction_in_the_stream_says_where_the_journal_starts() -> None:
+    journal = Journal(4)
+    stream = ConnectStream(journal.attach(0), heartbeat=0.05)
+    journal.append("stdout", b"1234")
+    journal.close()  # a stopped process evicts freely, whoever lags
+    journal.append("stdout", b"5678")
+    lines = [line for line in stream if line]
+    stream.close()
+    assert [json.loads(line) for line in lines] == [
+        {"type": "error", "error": "output_offset_expired", "oldest_available_seq": 2}
+    ]
+
+
+def test_an_aborted_journal_ends_the_stream_without_an_exit_frame() -> None:
+    journal = Journal(100)
+    stream = ConnectStream(journal.attach(0), heartbeat=0.05)
+    journal.append("stdout", b"x")
+    journal.abort()
+    assert [line for line in stream if line] == []

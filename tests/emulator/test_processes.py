@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import secrets
 import time
 
 import pytest
+
+from createos_sync.emulator._proctree import read_stat as proc_stat
 
 from .helpers import Api, output, wait_until
 
@@ -139,6 +143,34 @@ def test_delete_kills_grandchildren_and_confirms(any_api: Api) -> None:
     assert again["tree_exited"] is True
 
 
+def test_a_process_that_left_the_session_is_still_killed(any_api: Api) -> None:
+    """``setsid`` escapes a session, not the tree: a PID namespace or a subreaper keeps it."""
+    sandbox_id = any_api.sandbox()
+    escaped = f"sleep {1000 + secrets.randbelow(10**6)}.5"  # no other test's
+    script = f"setsid {escaped} >/dev/null 2>&1 & (setsid {escaped} &); exec sleep 1000"
+    process_id = any_api.process(sandbox_id, "bash", "-c", script)
+    wait_until(lambda: _commands(any_api, process_id).count(escaped) == 2, what="sleeps")
+    reply = any_api.data("DELETE", any_api.proc_path(sandbox_id, process_id))
+    assert reply["tree_exited"] is True
+    assert any_api.emu.live_processes() == []
+    assert escaped not in _host_commands().values()
+
+
+def _host_commands() -> dict[int, str]:
+    """Every live host process's command line (spaces between its arguments)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        stat = proc_stat(int(name)) if name.isdigit() else None
+        if stat is None or stat.state in ("Z", "X"):
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                found[int(name)] = f.read().rstrip(b"\0").replace(b"\0", b" ").decode()
+        except OSError:
+            pass
+    return found
+
+
 def test_reparented_background_process_is_part_of_the_tree(api: Api) -> None:
     sandbox_id = api.sandbox()
     process_id = api.process(sandbox_id, "bash", "-c", "(sleep 1000 &) ; exit 0")
@@ -234,14 +266,23 @@ def test_exec_buffered_and_streamed(any_api: Api) -> None:
 
 def test_bwrap_sandbox_sees_its_own_root_and_pids(bwrap_api: Api) -> None:
     sandbox_id = bwrap_api.sandbox()
-    script = "ls -d /workspace /tmp /home/user; ls /proc | grep -c '^[0-9]'; touch /usr/x"
+    marker = f"/usr/createos-{sandbox_id}"
+    script = f"ls -d /workspace /tmp /home/user; ls /proc | grep -c '^[0-9]'; touch {marker}"
     result = bwrap_api.data(
         "POST", f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "bash", "args": ["-c", script]}
     )["result"]
     lines = result["stdout"].splitlines()
     assert sorted(lines[:3]) == ["/home/user", "/tmp", "/workspace"]
     assert int(lines[3]) < 10  # only the namespace's own processes
-    assert "Read-only file system" in result["stderr"]
+    assert not os.path.exists(marker)  # the host's system is never written
+    store = bwrap_api.emu._require_store()
+    if store.isolation.overlays is None:
+        assert "Read-only file system" in result["stderr"]
+    else:  # written to the sandbox's own layer, over the host's /usr
+        assert result["stderr"] == ""
+        # and nothing else: bubblewrap's own mount points (the reporter) stay out of it
+        root_layer = store.get(sandbox_id).storage.root / "layer" / "_root"
+        assert not (root_layer / "run").exists()
 
 
 def _need_exact_status(api: Api) -> None:
@@ -263,3 +304,38 @@ def _commands(api: Api, process_id: str) -> list[str]:
                 except OSError:
                     pass  # it has just ended
     return found
+
+
+def _argvs(api: Api) -> list[list[str]]:
+    """The command lines of every live process of the emulator's trees, and their parents'."""
+    pids = {pid for live in api.emu.live_processes() for pid in live.pids}
+    for pid in list(pids):
+        stat = proc_stat(pid)
+        if stat is not None:
+            pids.add(stat.parent)
+    argvs = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argvs.append(f.read().decode().split("\0")[:-1])
+        except OSError:
+            pass
+    return argvs
+
+
+def test_host_ps_shows_the_command_not_the_emulator_s_helper_source(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    process_id = any_api.process(sandbox_id, "sleep", "600")
+
+    def started() -> list[list[str]] | None:
+        argvs = _argvs(any_api)
+        return argvs if ["sleep", "600"] in argvs else None
+
+    argvs = wait_until(started, "the command")
+    # the reporter (not bubblewrap's own command line, which holds "--")
+    helpers = [a for a in argvs if a[-2:] == ["sleep", "600"] and "-S" in a and "--" not in a]
+    for argv in helpers:  # run from its file: a short prefix, then the command
+        assert len(argv) <= 9 and argv[argv.index("-S") + 1].endswith("reporter.py"), argv
+    assert helpers or any_api.emu.isolation == "bwrap"  # bwrap may run without a reporter
+    assert not any("execvp" in " ".join(argv) for argv in argvs)  # no source code
+    any_api.call("DELETE", any_api.proc_path(sandbox_id, process_id))

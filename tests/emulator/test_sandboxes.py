@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -149,11 +150,11 @@ def test_fork_copies_files_into_a_new_sandbox(api: Api) -> None:
     source = api.sandbox()
     files = f"/v1/sandboxes/{source}/files"
     assert api.call("PUT", files, params={"path": "/workspace/kept"}, data=b"kept").ok
-    fork = api.call("POST", f"/v1/sandboxes/{source}/fork", json={"name": "forked"})
+    fork = api.call("POST", f"/v1/sandboxes/{source}/fork", json={})
     assert fork.status_code == 201
     forked = fork.json()["data"]
     assert forked["id"] != source
-    assert forked["name"] == "forked"
+    assert (forked["status"], forked["forked_from"], forked["name"]) == ("forking", source, None)
     api.wait_status(forked["id"], "running")
     copied = api.call(
         "GET", f"/v1/sandboxes/{forked['id']}/files", params={"path": "/workspace/kept"}
@@ -197,3 +198,20 @@ def test_idle_sandbox_is_paused_by_itself(tmp_path: Path) -> None:
         wait_until(lambda: sandbox.settle() == "paused", what="auto-pause")
     finally:
         store.close()
+
+
+def test_a_failed_sandbox_ends_its_streams_without_an_exit_and_refuses_work(api: Api) -> None:
+    sandbox_id = api.sandbox()
+    process_id = api.process(sandbox_id, "sleep", "1000")
+    with api.connect(sandbox_id, process_id) as response:
+        api.emu.fail_sandbox(sandbox_id)
+        frames = [json.loads(line) for line in response.iter_lines() if line]
+    assert [f["type"] for f in frames if f["type"] != "heartbeat"] == []  # no exit frame
+    assert api.status(sandbox_id) == "failed"
+    assert api.emu.live_processes() == []
+    assert api.frames(sandbox_id, process_id) == []  # a reconnection ends at once, too
+    created = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
+    assert created.status_code == 409
+    api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
+    with pytest.raises(ValueError):
+        api.emu.fail_sandbox(sandbox_id, "paused")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import selectors
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -76,3 +80,59 @@ def read_until(proc: subprocess.Popen[bytes], marker: bytes) -> bytes:
                 raise AssertionError(f"stdout ended before {marker!r}; got {seen!r}")
             seen += chunk
     return seen
+
+
+class Terminal:
+    """A command whose stdout and stderr are a pseudo-terminal, as in a user's shell.
+
+    The command leads a session of its own with the terminal as its controlling
+    terminal, so bytes typed with ``type()`` (``b"\\x03"`` is Ctrl-C) reach it as a
+    user's keys would: the terminal echoes them and turns Ctrl-C into SIGINT.
+    """
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+        self.master, slave = pty.openpty()
+        # 24 rows of 100 columns: a new pseudo-terminal has no size until someone sets one.
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+        # setsid(1) --ctty: a new session whose controlling terminal is its stdin (no
+        # preexec_fn, which is unsafe in a process with threads). Not a group leader,
+        # setsid execs the command in place: self.proc is the command itself.
+        self.proc = subprocess.Popen(
+            ["setsid", "--ctty", *argv], env=env, stdin=slave, stdout=slave, stderr=slave
+        )
+        os.close(slave)
+        self.screen = b""
+
+    def read_until(self, marker: bytes) -> bytes:
+        """Read what the terminal shows until ``marker`` appears; everything shown so far."""
+        deadline = time.monotonic() + DEADLINE
+        while marker not in self.screen:
+            if time.monotonic() > deadline or not self._read(deadline - time.monotonic()):
+                raise AssertionError(f"{marker!r} never showed; the screen: {self.screen!r}")
+        return self.screen
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def finish(self) -> tuple[int, str]:
+        """Wait for the command; its exit status and the whole screen (CR LF made LF)."""
+        deadline = time.monotonic() + DEADLINE
+        while self._read(max(0.0, deadline - time.monotonic())):
+            pass
+        try:
+            status = self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            os.close(self.master)
+        return status, self.screen.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def _read(self, timeout: float) -> bool:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.master, selectors.EVENT_READ)
+            if timeout <= 0 or not selector.select(timeout):
+                return False
+        try:
+            chunk = os.read(self.master, 65536)
+        except OSError:  # EIO: every process holding the terminal has gone
+            return False
+        self.screen += chunk
+        return bool(chunk)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,10 +14,18 @@ import pytest
 
 from createos_sync._journal import Entry, Journal
 from createos_sync.cli import main
-from createos_sync.cli._progress import ProgressBar
 from createos_sync.emulator import Emulator
 
-from .subprocesses import CLI, emulator_env, finish, read_until, run_all, spawn
+from .subprocesses import (
+    CLI,
+    Terminal,
+    emulator_env,
+    finish,
+    read_until,
+    run_all,
+    spawn,
+    wait_until,
+)
 
 # Waits, without any timing, until the test creates the file `go` in /workspace.
 UNTIL_GO = "while [ ! -e go ]; do sleep 0.02; done"
@@ -56,7 +65,8 @@ def test_run_exit_status_output_transfers_and_command_forms(
     assert timed_out[:2] == (124, "before\n")
     assert "timed out after 0.5 s" in timed_out[2]
     assert script[:2] == (0, "a\nb\n")
-    assert argv[:2] == (0, "hi there\n/tmp\n")
+    # (without isolation, pwd shows where the emulator keeps the sandbox's /tmp)
+    assert argv[0] == 0 and argv[1].startswith("hi there\n") and argv[1].endswith("/tmp\n")
     # uploads come before the command, downloads after it even when it failed
     assert transfers == (5, "", "")
     assert (tmp_path / "out.txt").read_text() == "HELLO\n"
@@ -131,7 +141,9 @@ def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
     assert line.endswith("orphaned: see `createos-sync reap`")
 
     assert main(["destroy", kept, "sbx-never-existed"]) == 0
-    assert capsys.readouterr().out == f"destroyed {kept}\ndestroyed sbx-never-existed\n"
+    assert capsys.readouterr().out == (
+        f"destroyed {kept}\nno such sandbox sbx-never-existed (already gone)\n"
+    )
     assert kept not in emulator.live_sandboxes()
     assert Journal().entries() == []
 
@@ -143,7 +155,7 @@ def test_expected_failures_are_one_line_without_traceback(
     monkeypatch.setenv("CREATEOS_API_KEY", wrong_key)
     assert main(["ls"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("createos-sync: error: HTTP 401 during sandbox listing")
+    assert err.startswith("createos-sync: error: the API key was rejected: HTTP 401 during ")
     assert err.count("\n") == 1
     assert main(["--debug", "ls"]) == 1
     err = capsys.readouterr().err
@@ -221,27 +233,86 @@ def test_reap_subcommand_with_an_empty_journal(
     assert capsys.readouterr().out == "the lease journal is empty: nothing to reap\n"
 
 
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+def test_directories_download_with_or_without_a_slash_and_failures_name_the_path(
+    emulator: Emulator, env: dict[str, str], tmp_path: Path
+) -> None:
+    make_tree = "mkdir -p app/sub; echo a > app/a.txt; echo b > app/sub/b.txt; echo f > f.txt"
+    emulator.clear_request_log()
+    status, out, err = finish(spawn([*CLI, "run",
+        "--download", f"/workspace/app:{tmp_path / 'plain'}",
+        "--download", f"/workspace/app/:{tmp_path / 'slashed'}",
+        "--download", f"/workspace/f.txt:{tmp_path / 'f.txt'}",
+        "--", make_tree], env))  # fmt: skip
+    assert (status, out) == (0, ""), err
+    for tree in ("plain", "slashed"):
+        assert (tmp_path / tree / "a.txt").read_text() == "a\n"
+        assert (tmp_path / tree / "sub" / "b.txt").read_text() == "b\n"
+    assert (tmp_path / "f.txt").read_text() == "f\n"
+    # one exec asked about both paths without a slash, at once
+    assert [r.path for r in emulator.request_log].count(f"{_sandbox(emulator)}/exec") == 3  # + 2 rm
+    (tmp_path / "in.txt").write_text("x")
+    upload, download = run_all(
+        [*CLI, "run", "--upload", f"{tmp_path / 'in.txt'}:/etc/in.txt", "--", "true"],
+        [*CLI, "run", "--download", f"/workspace/nothing/here:{tmp_path / 'x'}", "--", "true"],
+        env=env,
+    )
+    assert upload[0] == 1 and upload[2].count("\n") == 1
+    assert upload[2].startswith(
+        f"createos-sync: error: uploading {tmp_path / 'in.txt'} to /etc/in.txt failed: HTTP 403"
+    )
+    assert download[0] == 1
+    assert download[2].startswith("createos-sync: downloading /workspace/nothing/here to ")
+    assert "HTTP 404 during file transfer" in download[2]
 
 
-def test_progress_bar_only_for_big_transfers_on_a_terminal() -> None:
-    screen = Terminal()
-    bar = ProgressBar("upload x", screen, threshold=100)
-    bar(0, 50)
-    bar.close()
-    assert screen.getvalue() == ""  # too small to bother
-    bar(0, 200)
-    bar(100, 200)
-    bar(200, 200)
-    bar.close()
-    frames = screen.getvalue().split("\r")[1:]
-    assert [f.split("]")[1].split("%")[0].strip() for f in frames] == ["0", "50", "100"]
-    assert screen.getvalue().endswith("\n")
-    unknown = Terminal()
-    ProgressBar("download y", unknown, threshold=1)(3 * 1024 * 1024, None)
-    assert "3.0 MB" in unknown.getvalue()
-    piped = io.StringIO()
-    ProgressBar("upload z", piped, threshold=0)(10, 10)
-    assert piped.getvalue() == ""  # logs stay clean
+def _sandbox(emulator: Emulator) -> str:
+    """The path prefix of the one sandbox the request log names."""
+    (sandbox,) = {
+        "/".join(r.path.split("/")[:4]) for r in emulator.request_log if r.path.count("/") >= 3
+    }
+    return sandbox
+
+
+def test_transfers_show_progress_bars_on_a_terminal_only(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "data.bin").write_bytes(b"\0" * 300_000)
+    argv = [*CLI, "run", "--upload", f"{tmp_path / 'data.bin'}:/workspace/data.bin",
+            "--download", f"/workspace/data.bin:{tmp_path / 'back.bin'}", "--", "true"]  # fmt: skip
+    terminal = Terminal(argv, env)
+    piped = spawn([*argv[:-3], f"/workspace/data.bin:{tmp_path / 'piped.bin'}", "--", "true"], env)
+    status, screen = terminal.finish()
+    assert status == 0, screen
+    bars = [line for line in screen.replace("\r", "\n").splitlines() if "100%|" in line]
+    assert any(b.startswith("upload data.bin: 100%|") for b in bars), screen
+    assert any(b.startswith("download /workspace/data.bin: 100%|") for b in bars), screen
+    assert (tmp_path / "back.bin").read_bytes() == b"\0" * 300_000
+    assert finish(piped) == (0, "", "")  # a pipe gets no bar: logs stay clean
+
+
+def test_a_local_run_killed_with_sigkill_leaves_no_entry_no_files_no_process(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """An in-process emulator's sandboxes die with it: nothing for reap, nothing on disk."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    local = emulator_env(emulator, CREATEOS_API_URL="", CREATEOS_API_KEY="", TMPDIR=str(temp))
+    seconds = str(2_000_000 + os.getpid() % 1000)
+    doomed = spawn([*CLI, "run", "--local", "--", f"echo started; exec sleep {seconds}"], local)
+    read_until(doomed, b"started\n")
+    assert [p.name[:18] for p in temp.iterdir()] == ["createos-emulator-"]
+    assert Journal().entries() == []
+    doomed.send_signal(signal.SIGKILL)
+    finish(doomed)
+    wait_until(lambda: not list(temp.iterdir()), "the emulator's files to be removed")
+    wait_until(lambda: not _running(["sleep", seconds]), "the command to die with its emulator")
+
+
+def _running(argv: list[str]) -> bool:
+    """Whether a host process runs exactly ``argv`` (a zombie's command line is empty)."""
+    wanted = "".join(f"{arg}\0" for arg in argv).encode()
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if name.isdigit() and Path(f"/proc/{name}/cmdline").read_bytes() == wanted:
+                return True
+    return False

@@ -19,15 +19,23 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # What each script must print (on stdout) when it works.
 EXPECTED = {
     "quickstart.py": ["hello from", "42", "round trip", "exit_code=3"],
-    "ci_job.py": ["Ran 1 test", "tests passed"],
+    "ci_job.py": ["Ran 1 test", "tests passed (demo project: the report above is not kept)"],
     "files_roundtrip.py": ["100% of 3145728 bytes", "every file came back intact"],
     "background_server.py": ["hello from the sandbox", '"GET /hello.txt HTTP/1.1" 200'],
+    "prepare_once.py": [
+        "fork: tool ready: shard 3",
+        "template prepare-once is ready",
+        "template: tool ready: shard 1",
+        "every job ran on the prepared setup",
+    ],
     "web_preview.py": ["preview URL: http://127.0.0.1:", "<h1>hello from a web app in the sandbox"],
 }
 
 
 def test_every_script_is_tested() -> None:
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+    # test_*.py examples are pytest files: tests/integration/test_pytest_plugin.py runs them
+    scripts = [p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("test_")]
+    assert sorted(scripts) == sorted(EXPECTED)
 
 
 def free_port() -> str:
@@ -57,8 +65,10 @@ def test_the_scripts_run(emulator: Emulator, tmp_path: Path) -> None:
 
     status, out, err = red_ci
     assert status == 1, err
-    assert "tests failed" in out
+    assert f"tests failed: report saved as {failing / 'report.txt'}" in out
     assert "AssertionError: on purpose" in (failing / "report.txt").read_text()
+    # without a project, no path is reported: the demo's directory is gone at exit
+    assert "report saved" not in outcomes[list(EXPECTED).index("ci_job.py")][1]
 
     status, out, err = offline
     assert status == 0, err

@@ -7,6 +7,7 @@ that no sandbox and no process was left behind.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 
@@ -20,6 +21,7 @@ from .helpers import (
     FAST,
     MIXED_LINE_BYTES,
     MIXED_OUTPUT_SCRIPT,
+    StreamHasher,
     UrlRecorder,
     mixed_output,
     operations,
@@ -180,13 +182,13 @@ def test_termination_confirmed_by_a_later_read(emulator: Emulator, client: Clien
 def test_ambiguous_process_creation_poisons_the_lease(emulator: Emulator, client: Client) -> None:
     box = client.lease().open()
     sandbox_id = box.id
-    # The process is created, but the answer is a 503: nobody knows its id.
-    emulator.faults.add(Fault("process.create", status=503, perform=True))
+    # The process is created, but the answer is a 502: nobody knows its id.
+    emulator.faults.add(Fault("process.create", status=502, perform=True))
 
     with pytest.raises(cs.CreateosApiError) as caught:
         box.run("echo never")
 
-    assert caught.value.status == 503
+    assert caught.value.status == 502
     assert caught.value.outcome_unknown is True
     assert sandbox_id in str(caught.value)
     assert len(processes_of(emulator, sandbox_id)) == 1  # it does exist
@@ -369,3 +371,70 @@ def test_answer_delayed_past_the_deadline_raises_and_leaks_nothing(
         ("sandbox.list", 200),
     ]
     assert set(emulator.live_sandboxes()) == before
+
+
+# --- a stream that keeps dropping: the exit status recovered with wait ----------------------
+
+
+def _napping(seconds: float) -> None:
+    time.sleep(min(seconds, 0.02))  # reconnection backoff, without the real wait
+
+
+def test_a_stream_that_keeps_dropping_still_yields_the_exit_code(emulator: Emulator) -> None:
+    with (
+        emulator.client(requests_per_minute=FAST, sleep=_napping) as client,
+        client.lease() as box,
+    ):
+        emulator.clear_request_log()
+        # Every connection is cut before its first frame (the exit frame, here): the
+        # reconnection budget is spent, then the long poll learns how the command ended.
+        emulator.faults.add(Fault("process.connect", drop_after_frames=0, times=1000))
+        result = box.run("sleep 0.3; exit 3", timeout=30)
+        emulator.faults.clear()
+        assert (result.exit_code, result.timed_out, result.stdout) == (3, False, "")
+        seen = operations(emulator)
+        assert seen.count(("process.connect", 200)) == 6
+        assert ("process.wait", 200) in seen
+        assert ("process.delete", 200) not in seen  # it has exited: nothing to terminate
+
+
+def test_output_that_kept_dropping_is_reported_lost_with_the_exit_code(
+    emulator: Emulator,
+) -> None:
+    with (
+        emulator.client(requests_per_minute=FAST, sleep=_napping) as client,
+        client.lease() as box,
+    ):
+        emulator.faults.add(Fault("process.connect", drop_after_frames=0, times=1000))
+        with pytest.raises(cs.OutputLostError) as caught:
+            box.run("echo never seen; exit 4", timeout=30)
+        emulator.faults.clear()
+        error = caught.value
+        assert error.lost_through == 1 and "lost 1 output frame (1 to 1)" in str(error)
+        assert error.result is not None and error.result.exit_code == 4
+        assert error.result.stdout == ""
+
+
+# --- eviction is by size alone: replay across many drops ---------------------------------
+
+
+def test_50_mb_with_the_stream_dropped_every_7_frames_arrives_byte_exact(
+    emulator: Emulator,
+) -> None:
+    count = 6_700_000  # `seq 1 N`: about 50 MB, every line different
+    expected = hashlib.sha256("".join(f"{i}\n" for i in range(1, count + 1)).encode())
+    hasher = StreamHasher()
+    with client_for(emulator) as client, client.lease() as box:
+        emulator.clear_request_log()
+        emulator.faults.add(Fault("process.connect", drop_after_frames=7, times=100_000))
+        result = box.run(["seq", "1", str(count)], on_output=hasher, max_output=0, timeout=300)
+        emulator.faults.clear()
+        assert result.ok and result.truncated
+        assert hasher.chars["stdout"] > 50_000_000
+        assert hasher.digest("stdout") == expected.hexdigest()
+        connects = operations(emulator).count(("process.connect", 200))
+        assert connects > 100  # the stream really was dropped all along
+
+
+def client_for(emulator: Emulator) -> Client:
+    return emulator.client(requests_per_minute=FAST, sleep=_napping)

@@ -43,14 +43,6 @@ def snapshot(root: Path) -> dict[str, tuple[str, str]]:
     return tree
 
 
-@pytest.fixture
-def needs_bwrap(emulator: Emulator) -> None:
-    # Without isolation a command's /tmp and /workspace are the host's, while the files
-    # API maps them into the sandbox's storage: tar and the files API disagree.
-    if emulator.isolation != "bwrap":
-        pytest.skip("directory transfer runs tar in the sandbox: needs bubblewrap isolation")
-
-
 # --- single files --------------------------------------------------------------
 
 
@@ -156,7 +148,7 @@ def make_tree(root: Path) -> None:
 
 
 def test_a_tree_goes_up_and_comes_back_identical(
-    emulator: Emulator, box: Lease, tmp_path: Path, needs_bwrap: None
+    emulator: Emulator, box: Lease, tmp_path: Path
 ) -> None:
     make_tree(tmp_path / "src")
     emulator.clear_request_log()
@@ -184,7 +176,7 @@ def test_a_tree_goes_up_and_comes_back_identical(
 
 
 def test_upload_dir_merges_into_an_existing_directory(
-    box: Lease, tmp_path: Path, needs_bwrap: None
+    box: Lease, tmp_path: Path
 ) -> None:
     box.write_file("/workspace/dest/kept", b"kept")
     box.write_file("/workspace/dest/replaced", b"old")
@@ -201,7 +193,7 @@ def test_upload_dir_merges_into_an_existing_directory(
 
 
 def test_local_symlinks_are_uploaded_as_links_never_followed(
-    emulator: Emulator, box: Lease, tmp_path: Path, needs_bwrap: None
+    emulator: Emulator, box: Lease, tmp_path: Path
 ) -> None:
     (tmp_path / "private").mkdir()
     (tmp_path / "private" / "secret").write_bytes(b"never uploaded")
@@ -219,7 +211,7 @@ def test_local_symlinks_are_uploaded_as_links_never_followed(
 
 
 def test_a_hostile_tree_in_the_sandbox_is_refused_with_nothing_extracted(
-    emulator: Emulator, box: Lease, tmp_path: Path, needs_bwrap: None
+    emulator: Emulator, box: Lease, tmp_path: Path
 ) -> None:
     box.run(
         "mkdir -p /workspace/evil && echo fine > /workspace/evil/a && "
@@ -233,7 +225,7 @@ def test_a_hostile_tree_in_the_sandbox_is_refused_with_nothing_extracted(
 
 
 def test_a_missing_remote_directory_fails_cleanly(
-    emulator: Emulator, box: Lease, tmp_path: Path, needs_bwrap: None
+    emulator: Emulator, box: Lease, tmp_path: Path
 ) -> None:
     with pytest.raises(cs.CommandFailed, match="archiving /workspace/nope failed") as caught:
         box.download_dir("/workspace/nope", tmp_path / "out")
@@ -243,7 +235,7 @@ def test_a_missing_remote_directory_fails_cleanly(
 
 
 def test_a_directory_transfer_interrupted_by_a_fault_removes_its_scratch_file(
-    emulator: Emulator, box: Lease, tmp_path: Path, needs_bwrap: None
+    emulator: Emulator, box: Lease, tmp_path: Path
 ) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "f").write_bytes(b"x")
@@ -260,7 +252,7 @@ def test_a_directory_transfer_interrupted_by_a_fault_removes_its_scratch_file(
 
 
 def test_symlinks_leaving_the_remote_tree_name_the_entry(
-    box: Lease, tmp_path: Path, needs_bwrap: None, emulator: Emulator
+    box: Lease, tmp_path: Path, emulator: Emulator
 ) -> None:
     box.run("mkdir -p /workspace/v/bin && ln -s /usr/bin/python3 /workspace/v/bin/py", check=True)
     with pytest.raises(UnsafeArchiveError, match="'bin/py' is a symlink to the absolute path"):

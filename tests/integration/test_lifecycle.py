@@ -339,3 +339,21 @@ def test_second_sigint_during_termination_destroys_the_sandbox_at_once() -> None
         assert sandbox_id not in emu.live_sandboxes()
         assert processes_of(emu, sandbox_id) == []
         assert operations(emu, sandbox_id)[-1] == ("sandbox.delete", 200)
+
+
+def test_the_escape_hatch_reaches_an_endpoint_the_package_does_not_wrap(
+    emulator: Emulator, client: Client
+) -> None:
+    with client.lease() as box:
+        emulator.clear_request_log()
+        whoami = client.request("GET", "/whoami")
+        assert operations(emulator) == [("whoami", 200)]  # 1 request
+        assert whoami["stats"]["running"] >= 1 and isinstance(whoami["user_id"], str)
+        sandbox = client.request("GET", f"/sandboxes/{box.id}")
+        assert sandbox["id"] == box.id and sandbox["status"] == "running"
+        emulator.faults.add(Fault("whoami", status=503))
+        assert client.request("GET", "/v1/whoami")["user_id"] == whoami["user_id"]  # retried
+        with pytest.raises(cs.CreateosApiError) as caught:
+            client.request("POST", "/sandboxes", json={"shape": "s-0vcpu-0gb"})
+        assert caught.value.server_message == "unknown shape"
+        assert str(caught.value).startswith("HTTP 400 during API request (request id req-")

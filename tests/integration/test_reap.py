@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import sys
 
 import attrs
@@ -151,3 +153,165 @@ def test_journal_entries_are_written_around_creation_and_removed_on_close(
         assert attrs.asdict(entry)["base_url"] == client.config.base_url
         assert entry.owner_alive() is True
     assert Journal().entries() == []
+
+
+def _orphan(client: cs.Client, name: str) -> str:
+    """A sandbox whose journal entry names a dead owner; its id."""
+    created = _api.create_sandbox(
+        client.transport, {"shape": "s-1vcpu-1gb", "name": name}, Deadline.after(30)
+    )
+    sandbox_id: str = created["id"]
+    Journal().add(
+        Entry(name=name, base_url=client.config.base_url, sandbox_id=sandbox_id, **DEAD_OWNER)
+    )
+    return sandbox_id
+
+
+BAD_FIELDS = [{"pid": "123"}, {"pid": None}, {"sandbox_id": ""}, {"sandbox_id": 42}]
+
+
+def test_reap_reports_badly_typed_entries_keeps_them_and_reaps_the_rest(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    journal = Journal()
+    good = [_orphan(client, f"good-{n}") for n in range(2)]
+    bad = [_orphan(client, f"bad-{n}") for n in range(len(BAD_FIELDS))]
+    document = json.loads(journal.path.read_text())
+    for item in document["leases"]:
+        if item["name"].startswith("bad-"):
+            item.update(BAD_FIELDS[int(item["name"][4:])])
+    journal.path.write_text(json.dumps(document))
+
+    status, out, err = finish(spawn([*CLI, "reap"], emulator_env(emulator)))
+    assert status == 1, err  # something was left for a human
+    assert "Traceback" not in err
+    lines = out.splitlines()
+    for sandbox_id in good:
+        assert f"destroyed {sandbox_id}: its owner (process {DEAD_OWNER['pid']}) is gone" in lines
+        assert sandbox_id not in emulator.live_sandboxes()
+    unreadable = [line for line in lines if line.startswith("unreadable leases.json: ")]
+    assert len(unreadable) == len(BAD_FIELDS) == len(lines) - len(good)
+    for n, line in enumerate(unreadable):
+        assert f"lease bad-{n}" in line and "kept" in line
+        assert bad[n] in line  # its name still finds its sandbox, for the human to check
+    # kept as they were: the next reap reports them again, and nothing else
+    assert json.loads(journal.path.read_text())["leases"] == [
+        i for i in document["leases"] if i["name"].startswith("bad-")
+    ]
+    for sandbox_id in bad:
+        client.destroy(sandbox_id)
+
+
+def test_reap_salvages_a_truncated_journal_and_reports_what_it_set_aside(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    journal = Journal()
+    orphans = [_orphan(client, f"orphan-{n}") for n in range(3)]
+    text = journal.path.read_text()
+    cut = text[: text.index('"pid"', text.index('"orphan-2"'))]  # the last entry is cut short
+    journal.path.write_text(cut)
+
+    status, out, err = finish(spawn([*CLI, "reap"], emulator_env(emulator)))
+    assert status == 1, err
+    lines = out.splitlines()
+    for sandbox_id in orphans[:2]:  # salvaged whole: reaped as usual
+        assert any(line.startswith(f"destroyed {sandbox_id}:") for line in lines), out
+        assert sandbox_id not in emulator.live_sandboxes()
+    (aside,) = journal.directory.glob("leases.json.unreadable-*")
+    assert aside.read_text() == cut  # never discarded
+    cut_entry = "unreadable leases.json: lease orphan-2: entry 3 is unusable (cut off"
+    assert any(line.startswith(cut_entry) and orphans[2] in line for line in lines), out
+    assert any(line.startswith(f"unreadable {aside.name}: ") for line in lines), out
+    assert "set aside as " + aside.name in err  # the moment it happened was logged
+    client.destroy(orphans[2])
+
+
+def _live_owner(emulator: Emulator) -> tuple[subprocess.Popen[bytes], str]:
+    owner = spawn([sys.executable, "-c", DOOMED_SCRIPT], emulator_env(emulator))
+    return owner, read_until(owner, b"\n").decode().strip()
+
+
+def test_reap_all_destroys_the_sandbox_of_a_live_owner_once_its_pid_is_confirmed(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    env = emulator_env(emulator)
+    owner, sandbox_id = _live_owner(emulator)
+    try:
+        status, out, _ = finish(spawn([*CLI, "reap"], env))
+        assert status == 0 and f"skipped {sandbox_id}: its lease is still held" in out
+        # --all without a terminal to confirm on: not confirmed, nothing done
+        status, out, err = finish(spawn([*CLI, "reap", "--all"], env))
+        assert status == 0 and "not confirmed" in out and f"--owner {owner.pid}" in err
+        assert f"skipped {sandbox_id}" in out and sandbox_id in emulator.live_sandboxes()
+        status, out, err = finish(spawn([*CLI, "reap", "--owner", str(owner.pid + 1)], env))
+        assert sandbox_id in emulator.live_sandboxes()  # another pid confirms nothing
+
+        status, out, err = finish(spawn([*CLI, "reap", "--owner", str(owner.pid)], env))
+        assert status == 0, err
+        assert out.startswith(
+            f"destroyed {sandbox_id}: taken from its owner, process {owner.pid}, which still runs"
+        )
+        assert sandbox_id not in emulator.live_sandboxes() and Journal().entries() == []
+    finally:
+        owner.kill()
+        finish(owner)
+
+
+def test_reap_all_from_python_asks_confirm_for_each_live_owner(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    owner, sandbox_id = _live_owner(emulator)
+    try:
+        asked: list[int] = []
+
+        def refuse(entry: Entry) -> bool:
+            asked.append(entry.pid)
+            return False
+
+        (kept,) = reap(client, all=True, confirm=refuse)
+        assert kept.action == "skipped" and asked == [owner.pid]
+        (taken,) = reap(client, all=True)  # all=True alone is the confirmation
+        assert taken.action == "destroyed" and taken.sandbox_ids == (sandbox_id,)
+        assert sandbox_id not in emulator.live_sandboxes()
+    finally:
+        owner.kill()
+        finish(owner)
+def test_reap_forgets_the_entries_of_a_loopback_emulator_that_has_ended(
+    emulator: Emulator,
+) -> None:
+    with Emulator(rate_limit=None) as other:
+        ended_url = other.url
+    with Emulator(rate_limit=None) as running:
+        journal = Journal()
+        journal.add(Entry(name="ended", base_url=ended_url, sandbox_id="sb-a", **DEAD_OWNER))
+        journal.add(Entry(name="mine-alive", base_url=ended_url, sandbox_id="sb-b"))
+        journal.add(Entry(name="elsewhere", base_url=running.url, sandbox_id="sb-c", **DEAD_OWNER))
+        env = emulator_env(emulator)
+        dry = finish(spawn([*CLI, "reap", "--dry-run"], env))
+        assert len(Journal().entries()) == 3
+        status, out, err = finish(spawn([*CLI, "reap"], env))
+    assert dry[0] == 0 and dry[1].startswith("would forget sb-a: the emulator at ")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"forgotten sb-a: the emulator at {ended_url} no longer answers, and its sandboxes "
+        f"ended with it (its owner, process {DEAD_OWNER['pid']}, is gone)"
+    )
+    assert lines[1].startswith("skipped sb-b: recorded for ")  # its owner (this test) is alive
+    assert lines[2].startswith(f"skipped sb-c: recorded for {running.url}")  # still answers
+    assert [e.name for e in Journal().entries()] == ["mine-alive", "elsewhere"]
+
+
+def test_reap_finds_the_fork_a_dead_process_was_making(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    url, journal = client.config.base_url, Journal()
+    with client.lease() as source, source.fork() as claimed:
+        # A process died while its fork was in flight: only the source and the time are known.
+        journal.add(Entry(name="fork-in-flight", base_url=url, fork_from=source.id, **DEAD_OWNER))
+        orphan = _api.fork_sandbox(client.transport, str(source.id), {}, Deadline.after(30))["id"]
+        outcomes = {o.name: o for o in reap(client)}
+        assert outcomes["fork-in-flight"].action == "destroyed"
+        assert outcomes["fork-in-flight"].sandbox_ids == (orphan,)  # not the claimed fork
+        assert claimed.id in emulator.live_sandboxes()
+        assert orphan not in emulator.live_sandboxes()

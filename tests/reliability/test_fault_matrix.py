@@ -68,7 +68,8 @@ OPERATIONS = (
     "file.write",
     "file.read",
 )
-FAULTS = ("5xx-once", "5xx-always", "drop", "slow", "429", "malformed")
+# 5xx: 502, whose request may have taken effect; 503 says it was not processed (no capacity).
+FAULTS = ("5xx-once", "5xx-always", "503", "drop", "slow", "429", "malformed")
 # A lost answer is worst when the request did take effect: these perform it first.
 MUTATING = frozenset(
     {"sandbox.create", "sandbox.delete", "process.create", "process.stdin_close",
@@ -81,24 +82,28 @@ MUTATING = frozenset(
 # that may still run (journaled for `createos-sync reap`); timed-out = RunResult with
 # timed_out=True; served = a file download returns the bytes served (no envelope).
 EXPECTED: dict[str, dict[str, str]] = {
-    "sandbox.create": {"5xx-once": "error", "5xx-always": "error", "drop": "error",
-                       "slow": "error", "429": "ok", "malformed": "error"},
-    "sandbox.get": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
-                    "slow": "error", "429": "ok", "malformed": "error"},
-    "sandbox.delete": {"5xx-once": "ok", "5xx-always": "destroy-failed", "drop": "ok",
-                       "slow": "destroy-failed", "429": "ok", "malformed": "destroy-failed"},
-    "process.create": {"5xx-once": "poisoned", "5xx-always": "poisoned", "drop": "poisoned",
-                       "slow": "poisoned", "429": "ok", "malformed": "poisoned"},
-    "process.connect": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
-                        "slow": "timed-out", "429": "ok", "malformed": "error"},
-    "process.stdin_close": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
-                            "slow": "error", "429": "ok", "malformed": "error"},
-    "process.delete": {"5xx-once": "ok", "5xx-always": "poisoned", "drop": "ok",
-                       "slow": "poisoned", "429": "ok", "malformed": "ok"},
-    "file.write": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
-                   "slow": "error", "429": "ok", "malformed": "error"},
-    "file.read": {"5xx-once": "ok", "5xx-always": "error", "drop": "ok",
-                  "slow": "error", "429": "ok", "malformed": "served"},
+    "sandbox.create": {"5xx-once": "error", "5xx-always": "error", "503": "ok",
+                       "drop": "error", "slow": "error", "429": "ok", "malformed": "error"},
+    "sandbox.get": {"5xx-once": "ok", "5xx-always": "error", "503": "ok",
+                    "drop": "ok", "slow": "error", "429": "ok", "malformed": "error"},
+    "sandbox.delete": {"5xx-once": "ok", "5xx-always": "destroy-failed", "503": "ok",
+                       "drop": "ok", "slow": "destroy-failed", "429": "ok",
+                       "malformed": "destroy-failed"},
+    "process.create": {"5xx-once": "poisoned", "5xx-always": "poisoned", "503": "ok",
+                       "drop": "poisoned", "slow": "poisoned", "429": "ok",
+                       "malformed": "poisoned"},
+    "process.connect": {"5xx-once": "ok", "5xx-always": "error", "503": "ok",
+                        "drop": "ok", "slow": "timed-out", "429": "ok", "malformed": "error"},
+    "process.stdin_close": {"5xx-once": "ok", "5xx-always": "error", "503": "ok",
+                            "drop": "ok", "slow": "error", "429": "ok", "malformed": "error"},
+    # slow: the first termination hangs past its share of the cleanup time, the retry
+    # (on a share of its own) reaches the service and confirms the end
+    "process.delete": {"5xx-once": "ok", "5xx-always": "poisoned", "503": "ok",
+                       "drop": "ok", "slow": "ok", "429": "ok", "malformed": "ok"},
+    "file.write": {"5xx-once": "ok", "5xx-always": "error", "503": "ok",
+                   "drop": "ok", "slow": "error", "429": "ok", "malformed": "error"},
+    "file.read": {"5xx-once": "ok", "5xx-always": "error", "503": "ok",
+                  "drop": "ok", "slow": "error", "429": "ok", "malformed": "served"},
 }  # fmt: skip
 
 MARKER = "BODY-MARKER-7f3a"  # in every malformed body: must never reach a message
@@ -125,9 +130,11 @@ def malformed_body(operation: str) -> bytes:
 def make_fault(operation: str, kind: str) -> Fault:
     perform = operation in MUTATING
     if kind == "5xx-once":
-        return Fault(operation, status=503, perform=perform)
+        return Fault(operation, status=502, perform=perform)
     if kind == "5xx-always":
-        return Fault(operation, status=503, times=1000)
+        return Fault(operation, status=502, times=1000)
+    if kind == "503":
+        return Fault(operation, status=503, times=2)  # never performed: 503 = not processed
     if kind == "drop":
         return Fault(operation, drop=True, perform=perform)
     if kind == "slow":
@@ -431,10 +438,12 @@ def test_fault_matrix(operation: str, kind: str, grid: Grid, ledger: Ledger) -> 
     if expected == "served":
         assert cell.served == malformed_body(operation)
 
-    # 3. Creations are sent once; only a 429 (refused before any effect) is resent.
+    # 3. Creations are sent once; only a 429 or a 503 (refused before any effect) is resent.
     if operation in ("sandbox.create", "process.create"):
-        sent = [s for s in report.creation_statuses if s != 429]
+        sent = [s for s in report.creation_statuses if s not in (429, 503)]
         assert len(sent) == 1, report.creation_statuses
+    if kind == "503":
+        assert report.first_status == 503
     if kind == "429":
         assert 1.0 in cell.nap.waits  # Retry-After honoured
         assert report.first_status == 429

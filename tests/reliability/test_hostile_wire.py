@@ -73,6 +73,10 @@ class FakeStream:
         if self._cut:
             raise CreateosApiError(Operation.OUTPUT_CONNECTION, None, detail="the stream broke")
 
+    def finish(self) -> bool:
+        """After the exit frame the follower reads the body's end (nothing more here)."""
+        return True
+
     def close(self) -> None:
         self.closed = True
 

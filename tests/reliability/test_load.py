@@ -158,13 +158,13 @@ SOAK_FAULTS = (
     Fault("process.connect", drop_after_frames=2),
     Fault("process.connect", drop=True),
     Fault("process.connect", status=503),
-    Fault("process.stdin_close", status=503, perform=True),
+    Fault("process.stdin_close", status=502, perform=True),
     Fault("process.create", status=429, retry_after=1),
-    Fault("process.delete", status=503, perform=True),
+    Fault("process.delete", status=502, perform=True),
     Fault("file.write", status=502, perform=True),
     Fault("file.read", drop=True),
     Fault("sandbox.get", status=503),
-    Fault("sandbox.delete", status=503, perform=True),
+    Fault("sandbox.delete", status=502, perform=True),
 )
 
 

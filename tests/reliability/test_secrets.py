@@ -6,7 +6,9 @@ see test_fault_matrix.py), so here a scripted service over ``responses``
 answers every operation with every error status and a body, headers and
 message that echo the key, the query and markers: no exception message,
 note, printed traceback, repr or log record (DEBUG included) may show any of
-it. Then the emulator's own guards: every endpoint needs the key, compared
+it, except the message of a 4xx, which reaches the user once scrubbed of the
+key and of everything the request sent (the rest of the body never does, nor
+any part of a 5xx body). Then the emulator's own guards: every endpoint needs the key, compared
 in constant time; it listens on loopback only. (Path escapes are refused:
 see test_hostile_input.py; the emulator's unit tests cover its pieces.)
 """
@@ -40,7 +42,9 @@ QUERY = "QUERY-MARKER-5d1e"
 REMOTE = f"/workspace/{QUERY}.txt"
 BODY = "BODY-MARKER-0b7c"
 HEADER = "HEADER-MARKER-a3f9"
-SECRETS = (KEY, QUERY, BODY, HEADER, "echoed the request", "grace_ms=", "after=0")
+SECRETS = (KEY, QUERY, HEADER, "grace_ms=", "after=0", "X-Api-Key")
+# The message of a 5xx (and every body's other fields) never shows; a 4xx's shows, scrubbed.
+SERVER_TEXT = (BODY, "echoed the request")
 STATUSES = (400, 401, 403, 404, 408, 409, 410, 413, 422, 429, 500, 502, 503, 504)
 
 
@@ -113,6 +117,7 @@ DRIVERS: dict[str, tuple[Callable[[int], Answers], Callable[[cs.Client], None]]]
         lambda s: [
             ("POST", f"{API}/sandboxes", ok(RUNNING, 201)),
             ("POST", f"{SB}/processes", echoing(s)),
+            ("GET", SB, ok(RUNNING)),  # after a 409: is the sandbox still serving?
             ("DELETE", SB, ok({"id": "sb-1"})),
         ],
         _run,
@@ -122,6 +127,8 @@ DRIVERS: dict[str, tuple[Callable[[int], Answers], Callable[[cs.Client], None]]]
             ("POST", f"{API}/sandboxes", ok(RUNNING, 201)),
             ("POST", f"{SB}/processes", ok(PROCESS, 201)),
             ("GET", f"{PROC}/connect", echoing(s)),
+            ("GET", SB, ok(RUNNING)),  # after a 404 or 409: is the sandbox still serving?
+            ("GET", PROC, ok(GONE)),  # after a 410: where does the journal start now?
             ("DELETE", PROC, ok(GONE)),
             ("DELETE", SB, ok({"id": "sb-1"})),
         ],
@@ -133,6 +140,8 @@ DRIVERS: dict[str, tuple[Callable[[int], Answers], Callable[[cs.Client], None]]]
             ("POST", f"{SB}/processes", ok(PROCESS, 201)),
             ("GET", f"{PROC}/connect", {"status": 200, "body": b'{"type": "heartbeat"}\n'}),
             ("POST", f"{PROC}/stdin/close", echoing(s)),
+            ("GET", SB, ok(RUNNING)),  # a stream that ends without the exit: sandbox alive?
+            ("GET", f"{PROC}/wait", ok({**GONE, "exit_code": 0})),  # it kept ending: wait
             ("DELETE", PROC, ok(GONE)),
             ("DELETE", SB, ok({"id": "sb-1"})),
         ],
@@ -188,6 +197,7 @@ def test_error_bodies_headers_and_queries_echoing_the_key_never_show(
 ) -> None:
     answers, drive = DRIVERS[operation]
     failures = 0
+    server_errors: list[str] = []
     for status in STATUSES:
         with (
             responses.RequestsMock(assert_all_requests_are_fired=False) as mock,
@@ -200,15 +210,64 @@ def test_error_bodies_headers_and_queries_echoing_the_key_never_show(
             except Exception as exc:
                 failures += 1
                 texts.extend(exception_texts(exc))
+                if status >= 500:
+                    server_errors.extend(exception_texts(exc))
                 if isinstance(exc, cs.CreateosApiError):
                     assert exc.operation in vars(cs.errors.Operation).values()
+                    _check_shown_message(exc)
             texts.append(repr(client))
             # The echoing answer really was served (not a connection refused by the mock).
             answered = [c.response.status_code for c in mock.calls if c.response is not None]
             assert status in answered, (status, answered)
             assert all(c.request.headers.get("X-Api-Key") == KEY for c in mock.calls)
     assert failures >= len(STATUSES) - 3  # a few statuses are answers, not failures (404...)
+    assert_no_secrets(server_errors, SERVER_TEXT)
     ledger.add(scenarios=len(STATUSES))
+
+
+def _check_shown_message(exc: cs.CreateosApiError) -> None:
+    """A 4xx shows the service's message, scrubbed (401 and 402 their own plain text)."""
+    status = exc.status or 0
+    if status >= 500 or status < 400:
+        assert exc.server_message is None
+        return
+    if exc.server_message is None:  # withheld: the request sent a file's contents
+        assert exc.operation == cs.errors.Operation.FILE_TRANSFER
+        return
+    assert exc.server_message == (
+        f"{BODY}: echoed the request with key [redacted] and query [redacted]"
+    )
+    if status not in (401, 402):
+        assert str(exc).endswith(exc.server_message)
+
+
+ENV_SECRET = "env-secret-value-41c9"
+
+
+@pytest.mark.parametrize("status", [400, 401, 402, 403, 409, 422])
+def test_a_4xx_echoing_the_callers_env_values_shows_none_of_them(
+    status: int, texts: list[str], ledger: Ledger
+) -> None:
+    """Values the caller sent (env values at creation) are scrubbed from the message the
+    service wrote, in every form an echo takes, and the key with them."""
+    echo = {
+        "status": "fail",
+        "data": {"envs": {"API_TOKEN": ENV_SECRET}},
+        "message": f"envs.API_TOKEN={ENV_SECRET} refused (\"{ENV_SECRET}\", key {KEY})",
+    }
+    with (
+        responses.RequestsMock() as mock,
+        cs.Client(KEY, BASE, requests_per_minute=10**9, sleep=lambda s: None) as client,
+    ):
+        mock.add("POST", f"{API}/sandboxes", status=status, json=echo)
+        with pytest.raises(cs.CreateosApiError) as caught:
+            client.lease(env={"API_TOKEN": ENV_SECRET, "MODE": "fast"}).open()
+    texts.extend(exception_texts(caught.value))
+    assert_no_secrets(exception_texts(caught.value), (ENV_SECRET, KEY))
+    assert caught.value.server_message == (
+        'envs.API_TOKEN=[redacted] refused ("[redacted]", key [redacted])'
+    )
+    ledger.add(scenarios=1)
 
 
 def test_the_key_is_in_no_repr_of_configuration_client_or_lease() -> None:

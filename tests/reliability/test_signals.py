@@ -22,13 +22,17 @@ Every scenario checks on the emulator that the processes and the sandbox are gon
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from createos_sync import reap
 from createos_sync._journal import Journal
 from createos_sync.emulator import Emulator, Fault
 
@@ -41,7 +45,7 @@ from ..integration.subprocesses import (
     spawn,
     wait_until,
 )
-from .conftest import KEY
+from .conftest import KEY, Ledger
 
 PYTHON = sys.executable
 STALL = 600.0  # an answer that never comes within a test
@@ -200,6 +204,107 @@ def test_sigint_while_opening_waiting_or_downloading_cleans_up(tmp_path: Path) -
         # During a download: no target and no temporary file beside it.
         assert os.listdir(tmp_path) == []
         assert Journal().entries() == []
+
+
+# --- two quick Ctrl-C during open() --------------------------------------------------------
+
+# Reports every note of the exception chain it dies of (Python 3.10 prints none), and
+# ignores interrupts once open() has ended: the second may come after it.
+TWICE = (
+    INTERRUPTIBLE
+    + """
+import json, signal, sys
+import createos_sync as cs
+
+def report(kind, value, traceback):
+    notes, seen = [], value
+    while seen is not None:
+        notes += [n for n in getattr(seen, "__notes__", ()) if isinstance(n, str)]
+        seen = seen.__context__
+    print(json.dumps({"raised": kind.__name__, "notes": notes}), flush=True)
+
+sys.excepthook = report
+print("opening", flush=True)
+try:
+    box = cs.lease(name=sys.argv[1]).open()
+finally:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+print(json.dumps({"opened": box.id}), flush=True)
+"""
+)
+PHASE = 0.25  # each slowed answer: long enough for an interrupt to land in it
+# Where the interrupts land: the creation's answer and the search by name that follows
+# it, or the wait until running and the destroy that follows it (each slowed), at offsets
+# spread over those phases.
+SCENARIOS = {
+    "creating": (
+        {"transition_delay": 0},
+        [Fault(op, delay=PHASE) for op in ("sandbox.create", "sandbox.list", "sandbox.delete")],
+    ),
+    "starting": ({"transition_delay": PHASE}, [Fault("sandbox.delete", delay=PHASE)]),
+}
+TRIALS = [
+    (kind, first / 1000, second / 1000)
+    for kind in SCENARIOS
+    for first in (0, 80, 160, 240)
+    for second in (0, 90, 180)
+]
+BATCH = 12
+
+
+def _interrupt_twice(emu: Emulator, name: str, first: float, second: float) -> dict[str, Any]:
+    proc = spawn([PYTHON, "-c", TWICE, name], emulator_env(emu))
+    read_until(proc, b"opening\n")
+    time.sleep(first)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(second)
+    proc.send_signal(signal.SIGINT)
+    status, out, err = finish(proc)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"no report ({status}): {err[-2000:]}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    return report
+
+
+def test_two_quick_interrupts_during_open_never_leave_an_unnamed_sandbox(
+    ledger: Ledger,
+) -> None:
+    outcomes: dict[str, int] = {"nothing left": 0, "named in a note": 0, "opened": 0}
+    for batch in range(0, len(TRIALS), BATCH):
+        trials = TRIALS[batch : batch + BATCH]
+        with contextlib.ExitStack() as stack:
+            emus = []
+            for kind, _, _ in trials:
+                options, faults = SCENARIOS[kind]
+                emus.append(stack.enter_context(emulator(**options)))
+                for fault in faults:
+                    emus[-1].faults.add(fault)
+            with ThreadPoolExecutor(len(trials)) as pool:
+                reports = list(
+                    pool.map(
+                        lambda args: _interrupt_twice(*args),
+                        [(emu, f"t{batch + n}", d1, d2) for n, (emu, (_, d1, d2)) in
+                         enumerate(zip(emus, trials, strict=True))],
+                    )
+                )  # fmt: skip
+            journal = {e.name for e in Journal().entries()}
+            for n, (emu, report) in enumerate(zip(emus, reports, strict=True)):
+                with emu.client(requests_per_minute=FAST) as client:
+                    left = [s for s in client.sandboxes() if s.status != "destroyed"]
+                    notes = "\n".join(report.get("notes", ()))
+                    for sandbox in left:  # whatever is left is named, and journaled
+                        where = f"trial {TRIALS[batch + n]}: {report}"
+                        assert sandbox.id in notes or str(sandbox.name) in notes, where
+                        assert sandbox.name in journal, where
+                    key = "opened" if "opened" in report else (
+                        "named in a note" if left else "nothing left"
+                    )  # fmt: skip
+                    outcomes[key] += 1
+                    reap(client)  # its owner is gone: what is left goes now
+                    assert emu.live_sandboxes() == []
+    ledger.add(scenarios=len(TRIALS))
+    assert Journal().entries() == []
+    print(f"two interrupts during open(), {len(TRIALS)} trials: {outcomes}")
 
 
 # --- the CLI outside its command -------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import email.utils
+import json
+import traceback
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -43,7 +47,9 @@ def test_api_error_carries_status_operation_and_request_id(
         client.sandbox(SANDBOX)
     error = caught.value
     assert (error.status, error.operation, error.request_id) == (403, "sandbox lifecycle", "r-9")
-    assert str(error) == "HTTP 403 during sandbox lifecycle (request id r-9)"
+    # The service's message, once the key it echoed is removed (see wire.failure).
+    assert str(error) == "HTTP 403 during sandbox lifecycle (request id r-9): failed [redacted]"
+    assert error.server_message == "failed [redacted]"
 
 
 def test_error_body_echoing_the_key_never_reaches_message_or_repr(
@@ -104,8 +110,11 @@ RETRY_TABLE = [
     ("GET", 500, 4),
     ("GET", 404, 1),
     ("GET", 400, 1),
-    ("POST", 503, 1),  # process creation: never repeated after a 5xx
-    ("POST", 500, 1),
+    ("POST", 503, 4),  # process creation: 503 means "not processed", so it is retried
+    ("POST", 500, 1),  # but never repeated after a 5xx that may have taken effect
+    ("POST", 502, 1),
+    ("POST", 504, 1),
+    ("GET", 408, 1),  # the long poll's "not yet": its caller decides, not the transport
     ("POST", 429, 4),
     ("DELETE", 503, 4),  # sandbox destroy is idempotent
 ]
@@ -163,9 +172,13 @@ def test_lost_answer_to_creation_is_not_retried(client: Client, service: Service
     box._finish_close()
 
 
-def test_404_on_destroy_is_success(client: Client, service: Service) -> None:
+def test_404_on_destroy_is_success_and_says_it_was_already_gone(
+    client: Client, service: Service
+) -> None:
     service.destroy_sandbox(http=404)
-    client.destroy(SANDBOX)
+    assert client.destroy(SANDBOX) is False
+    service.destroy_sandbox()
+    assert client.destroy(SANDBOX) is True
 
 
 def test_query_string_never_reaches_an_error_message(client: Client, service: Service) -> None:
@@ -224,3 +237,146 @@ def test_shapes_accept_the_legacy_key(client: Client, service: Service) -> None:
         "GET", "/shapes", body={"shapes": [{"id": "s-1vcpu-256mb", "vcpu": 1, "mem_mib": 256}]}
     )
     assert [s.id for s in client.shapes()] == ["s-1vcpu-256mb"]
+
+
+# --- the real service's wire (issue 10, issue 9 items 11 to 13) -------------------------
+
+
+def test_503_is_retried_even_for_sandbox_creation(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.add("POST", "/sandboxes", 503, headers={"Retry-After": "2"})
+    service.open_running()
+    box = client.lease().open()  # 503 said "not processed": no lookup by name, no error
+    assert box.id == SANDBOX and sleeps == [2.0]
+    assert len(service.calls("POST", "/sandboxes")) == 2 and not service.calls("GET")
+    box._finish_close()
+
+
+def test_500_on_sandbox_creation_is_not_retried(client: Client, service: Service) -> None:
+    service.create_sandbox(http=500)
+    service.add("GET", "/sandboxes", body=[])  # the lookup by name finds nothing
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.lease().open()
+    assert caught.value.status == 500
+    assert len(service.calls("POST", "/sandboxes")) == 1
+
+
+def test_fractional_retry_after_is_honoured(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.add("GET", "/shapes", 429, headers={"Retry-After": "1.5"})
+    service.add("GET", "/shapes", 503, headers={"Retry-After": "0.25"})
+    service.add("GET", "/shapes", body=[])
+    assert client.shapes() == []
+    assert sleeps == [1.5, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [("1.5", 1.5), (" 0.25 ", 0.25), ("-3", 0.0), ("nan", None), ("inf", None), ("1e400", None)],
+)
+def test_retry_after_may_be_fractional(header: str, expected: float | None) -> None:
+    assert parse_retry_after(header) == expected
+
+
+def test_retry_after_as_a_future_http_date() -> None:
+    when = email.utils.format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), True)
+    waited = parse_retry_after(when)
+    assert waited is not None and 27 <= waited <= 30
+
+
+@pytest.mark.parametrize("kind", ["fail", "error"])
+def test_a_4xx_shows_the_services_own_message(
+    client: Client, service: Service, kind: str
+) -> None:
+    body = {"status": kind, "message": "unknown shape", "code": 400}
+    if kind == "fail":
+        body["data"] = None
+    service.add("POST", "/sandboxes", 400, body=json.dumps(body).encode())
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.lease(shape="s-9vcpu-9gb").open()
+    assert str(caught.value) == "HTTP 400 during sandbox creation: unknown shape"
+    assert caught.value.server_message == "unknown shape"
+
+
+def test_a_5xx_body_stays_out_of_the_message(client: Client, service: Service) -> None:
+    body = {"status": "error", "message": "internal detail: shard 7 down", "code": 500}
+    for _ in range(4):
+        service.add("GET", f"/sandboxes/{SANDBOX}", 500, body=json.dumps(body).encode())
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.sandbox(SANDBOX)
+    assert "shard" not in str(caught.value) and caught.value.server_message is None
+
+
+def test_402_says_the_account_cannot_create_more(client: Client, service: Service) -> None:
+    service.create_sandbox(http=402)
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.lease().open()
+    assert str(caught.value) == (
+        "HTTP 402 during sandbox creation: "
+        "the account cannot create more sandboxes: payment required"
+    )
+    assert len(service.calls("POST", "/sandboxes")) == 1 and not service.calls("GET")
+
+
+def test_401_says_the_key_was_rejected(client: Client, service: Service) -> None:
+    service.add("GET", "/sandboxes", 401)
+    with pytest.raises(cs.CreateosApiError, match="the API key was rejected") as caught:
+        client.sandboxes()
+    assert KEY not in str(caught.value)
+
+
+def test_the_server_message_is_scrubbed_of_the_key_and_of_every_value_sent(
+    client: Client, service: Service
+) -> None:
+    secret = "hunter2-very-secret"
+    echo = {
+        "status": "fail",
+        "data": None,
+        "message": f"env TOKEN={secret} rejected for key {KEY} (\"{secret}\") ?after=0 \x1b[31m!",
+    }
+    service.add("POST", "/sandboxes", 400, body=json.dumps(echo).encode())
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.lease(env={"TOKEN": secret, "DEBUG": "1"}).open()
+    message = str(caught.value)
+    assert secret not in message and KEY not in message and "after=0" not in message
+    assert "\x1b" not in message
+    assert caught.value.server_message == (
+        'env TOKEN=[redacted] rejected for key [redacted] ("[redacted]") [redacted] [31m!'
+    )
+
+
+def test_the_server_message_is_bounded(client: Client, service: Service) -> None:
+    echo = {"status": "fail", "data": None, "message": "x " * 5000}
+    service.add("GET", "/sandboxes", 400, body=json.dumps(echo).encode())
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.sandboxes()
+    assert caught.value.server_message is not None
+    assert len(caught.value.server_message) <= 200 and len(str(caught.value)) < 260
+
+
+def test_a_hostile_request_id_is_replaced_by_a_placeholder(
+    client: Client, service: Service
+) -> None:
+    service.add("GET", f"/sandboxes/{SANDBOX}", 403, headers={"X-Request-Id": f"r {KEY}"})
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.sandbox(SANDBOX)
+    assert caught.value.request_id == "(unrecognised)" and KEY not in str(caught.value)
+
+
+def test_no_frame_of_a_failed_request_shows_the_key_in_its_locals(
+    client: Client, service: Service
+) -> None:
+    for _ in range(4):
+        service.add("GET", "/sandboxes", body=requests.ConnectionError("reset"))
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.sandboxes()
+    error = caught.value
+    shown = traceback.TracebackException(
+        type(error), error, error.__traceback__, capture_locals=True
+    )
+    text = "".join(shown.format())
+    assert "operation = 'sandbox listing'" in text  # the locals really were shown
+    assert KEY not in text
+    assert KEY not in repr({"X-Api-Key": client.config.api_key})  # the key's own repr

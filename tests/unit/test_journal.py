@@ -6,13 +6,19 @@ import json
 import logging
 import multiprocessing
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
-from createos_sync._journal import Entry, Journal, state_dir
+from createos_sync._journal import Entry, Journal, enabled, state_dir
+from createos_sync.errors import ConfigError
 
 URL = "https://api.example"
 GONE_PID = 2**22 + 1  # above Linux's pid_max: never a live process
@@ -59,35 +65,113 @@ def test_the_file_holds_no_more_than_it_needs(journal: Journal) -> None:
     document = json.loads(journal.path.read_text())
     assert document["version"] == 1
     assert set(document["leases"][0]) == {
-        "name", "base_url", "sandbox_id", "pid", "process_start", "host", "created_at"
+        "name", "base_url", "sandbox_id", "fork_from", "pid", "process_start", "host",
+        "created_at",
     }  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "content",
-    [
-        "{not json",
-        '"a string"',
-        '{"leases": 3}',
-        '{"leases": [1, "x", {"no_name": true}]}',
-    ],
-)
-def test_a_damaged_journal_reads_as_empty_and_is_rewritten(
-    journal: Journal, content: str, caplog: pytest.LogCaptureFixture
+def test_unknown_fields_are_ignored_and_missing_optional_ones_defaulted(journal: Journal) -> None:
+    journal.directory.mkdir(parents=True)
+    good = {"name": "a", "base_url": URL, "pid": 1, "host": "h", "from_the_future": True}
+    journal.path.write_text(json.dumps({"version": 2, "leases": [good]}))
+    (entry,) = journal.entries()
+    assert (entry.name, entry.pid, entry.host, entry.process_start) == ("a", 1, "h", None)
+
+
+BAD_ENTRIES = {
+    "pid as text": ({"pid": "123"}, "pid is not a positive integer"),
+    "pid null": ({"pid": None}, "pid is not a positive integer"),
+    "pid true": ({"pid": True}, "pid is not a positive integer"),
+    "empty sandbox id": ({"sandbox_id": ""}, "sandbox_id is missing or malformed"),
+    "numeric sandbox id": ({"sandbox_id": 42}, "sandbox_id is missing or malformed"),
+    "sandbox id with a slash": ({"sandbox_id": "../x"}, "sandbox_id is missing or malformed"),
+    "no name": ({"name": None}, "name is missing or malformed"),
+    "no host": ({"host": 7}, "host is missing or malformed"),
+    "start time as number": ({"process_start": 5}, "process_start is not a str"),
+}
+
+
+@pytest.mark.parametrize("change", BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_a_badly_typed_entry_is_reported_and_kept_and_its_neighbours_still_read(
+    journal: Journal, change: tuple[dict[str, object], str]
 ) -> None:
+    fields, reason = change
+    journal.add(Entry(name="before", base_url=URL, sandbox_id="sb-1"))
+    journal.add(Entry(name="bad", base_url=URL, sandbox_id="sb-2"))
+    journal.add(Entry(name="after", base_url=URL))
+    document = json.loads(journal.path.read_text())
+    document["leases"][1].update(fields)
+    journal.path.write_text(json.dumps(document))
+
+    assert [e.name for e in journal.entries()] == ["before", "after"]
+    (bad,) = journal.survey().unreadable
+    assert bad.source == journal.path and reason in bad.reason and "entry 2" in bad.reason
+    # Every rewrite keeps it as it was, for a human to look at.
+    journal.remove("before")
+    journal.add(Entry(name="new", base_url=URL))
+    assert [e.name for e in journal.entries()] == ["after", "new"]
+    assert document["leases"][1] in json.loads(journal.path.read_text())["leases"]
+
+
+def test_items_that_are_not_entries_are_kept_too(journal: Journal) -> None:
+    journal.directory.mkdir(parents=True)
+    journal.path.write_text(json.dumps({"version": 1, "leases": [1, "x", [], {"no_name": True}]}))
+    assert journal.entries() == []
+    assert [u.reason.split(" (")[1] for u in journal.survey().unreadable] == [
+        "not an object); it is kept: fix or remove it by hand",
+    ] * 3 + ["name is missing or malformed); it is kept: fix or remove it by hand"]
+    journal.add(Entry(name="a", base_url=URL))
+    assert json.loads(journal.path.read_text())["leases"][1:] == [1, "x", [], {"no_name": True}]
+
+
+def _entries_text(*entries: Entry) -> str:
+    return json.dumps({"version": 1, "leases": [attrs.asdict(e) for e in entries]}, indent=1)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "garbage in the middle", "not a journal", "a bare string"],
+)
+def test_a_damaged_journal_is_set_aside_and_its_entries_salvaged(
+    journal: Journal, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = Entry(name="first", base_url=URL, sandbox_id="sb-1", pid=GONE_PID)
+    middle = Entry(name="middle", base_url=URL, sandbox_id="sb-2", pid=GONE_PID)
+    last = Entry(name="last", base_url=URL, sandbox_id="sb-3", pid=GONE_PID)
+    text = _entries_text(first, middle, last)
+    content, salvaged, cut = {
+        "truncated": (text[: text.index('"pid"', text.index('"last"'))], ["first", "middle"],
+                      ("last", "sb-3")),
+        "garbage in the middle": (text.replace('"middle"', '"middle" @@', 1), ["first", "last"],
+                                  ("middle", "sb-2")),
+        "not a journal": (json.dumps({"leases": {"x": attrs.asdict(first)}}), ["first"], None),
+        "a bare string": ('"a string"', [], None),
+    }[damage]  # fmt: skip
     journal.directory.mkdir(parents=True)
     journal.path.write_text(content)
-    assert journal.entries() == []
-    journal.add(Entry(name="a", base_url=URL))
-    assert [e.name for e in journal.entries()] == ["a"]
+
+    with caplog.at_level(logging.WARNING, logger="createos_sync.journal"):
+        assert [e.name for e in journal.entries()] == salvaged
+    (aside,) = journal.directory.glob("leases.json.unreadable-*")
+    assert re.fullmatch(r"leases\.json\.unreadable-\d{8}T\d{6}Z", aside.name)
+    assert aside.read_text() == content  # never discarded
+    assert "set aside as " + aside.name in caplog.text
+    survey = journal.survey()
+    assert [e.name for e in survey.entries] == salvaged
+    assert survey.unreadable[-1].source == aside
+    if cut is not None:  # the entry that was cut: its name (and id) still find its sandbox
+        broken = survey.unreadable[0]
+        assert (broken.name, broken.sandbox_id) == cut and "cut off" in broken.reason
+    # The fresh journal is a normal one again: read without setting anything else aside.
+    journal.add(Entry(name="new", base_url=URL))
+    assert [e.name for e in journal.entries()] == [*salvaged, "new"]
+    assert len(list(journal.directory.glob("leases.json.unreadable-*"))) == 1
 
 
-def test_unknown_fields_and_bad_items_are_skipped(journal: Journal) -> None:
+def test_an_empty_file_is_an_empty_journal(journal: Journal) -> None:
     journal.directory.mkdir(parents=True)
-    good = {"name": "a", "base_url": URL, "pid": 1, "from_the_future": True}
-    journal.path.write_text(json.dumps({"version": 2, "leases": [good, {"pid": 2}, []]}))
-    (entry,) = journal.entries()
-    assert (entry.name, entry.pid) == ("a", 1)
+    journal.path.write_text("  \n")
+    assert journal.entries() == [] and journal.survey().unreadable == []
 
 
 def test_a_failed_rewrite_leaves_the_old_file_and_no_temporary(journal: Journal) -> None:
@@ -102,14 +186,72 @@ def test_a_failed_rewrite_leaves_the_old_file_and_no_temporary(journal: Journal)
     ]
 
 
-def test_an_unusable_state_directory_is_logged_not_raised(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _not_a_directory(tmp_path: Path) -> Journal:
     (tmp_path / "file").write_text("")
-    journal = Journal(tmp_path / "file" / "state")
-    with caplog.at_level(logging.WARNING, logger="createos_sync.journal"):
+    return Journal(tmp_path / "file" / "state")
+
+
+def _journal_is_a_directory(tmp_path: Path) -> Journal:
+    (tmp_path / "state" / "leases.json").mkdir(parents=True)
+    return Journal(tmp_path / "state")
+
+
+@pytest.mark.parametrize("unusable", [_not_a_directory, _journal_is_a_directory])
+def test_an_unwritable_journal_refuses_to_record_and_says_how_to_fix_it(
+    tmp_path: Path, unusable: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = unusable(tmp_path)
+    with pytest.raises(ConfigError) as caught:
         journal.add(Entry(name="a", base_url=URL))
-    assert "could not be updated" in caplog.text
+    message = str(caught.value)
+    assert str(journal.directory) in message
+    assert "CREATEOS_SYNC_STATE_DIR" in message and "journal=False" in message
+    assert "CREATEOS_SYNC_JOURNAL=off" in message
+    # After the creation, a failed update only warns: the name already finds the sandbox.
+    with caplog.at_level(logging.WARNING, logger="createos_sync.journal"):
+        journal.set_sandbox("a", "sb-1")
+        journal.remove("a")
+    assert caplog.text.count("could not be updated") == 2
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from createos_sync._journal import Entry, Journal
+from createos_sync.errors import ConfigError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+try:
+    Journal(Path(sys.argv[1])).add(Entry(name="a", base_url="https://api.example"))
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+def test_a_journal_that_cannot_grow_refuses_to_record(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "cannot be written (OSError: File too large)" in done.stdout, done.stderr
+    assert not (tmp_path / "state" / "leases.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, True), ("", True), ("on", True), ("1", True), ("off", False), ("OFF ", False),
+     ("0", False), ("false", False), ("no", False)],
+)  # fmt: skip
+def test_the_journal_can_be_turned_off_by_the_environment(
+    value: str | None, expected: bool
+) -> None:
+    environ = {} if value is None else {"CREATEOS_SYNC_JOURNAL": value}
+    assert enabled(environ) is expected
+
+
+def test_a_misspelt_journal_setting_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="CREATEOS_SYNC_JOURNAL must be 'on' or 'off'"):
+        enabled({"CREATEOS_SYNC_JOURNAL": "of"})
 
 
 def _add_many(directory: str, prefix: str, count: int) -> None:

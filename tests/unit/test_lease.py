@@ -15,6 +15,7 @@ import responses
 import createos_sync as cs
 from createos_sync import Client
 
+from ..waiting import wait_until
 from .wire import API, KEY, PROCESS, SANDBOX, Chunked, Service, exit_frame, ndjson, sandbox
 
 
@@ -96,7 +97,9 @@ def test_open_polls_until_running_backing_off(
     service.destroy_sandbox()
     with client.lease():
         pass
-    assert len(sleeps) == 3 and sleeps == sorted(sleeps) and sleeps[0] <= 0.1
+    # The creation's answer counts as the first look: the first poll waits too.
+    assert len(sleeps) == 4 and sleeps == sorted(sleeps) and sleeps[0] <= 0.1
+    assert len(service.calls("GET", f"/sandboxes/{SANDBOX}")) == 4
 
 
 def test_sandbox_that_fails_while_starting_is_destroyed(client: Client, service: Service) -> None:
@@ -112,9 +115,7 @@ def test_failed_destroy_after_failed_open_is_a_cleanup_error(
     client: Client, service: Service
 ) -> None:
     service.create_sandbox("creating")
-    service.get_sandbox("error")
-    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 409)
-    service.get_sandbox("failed")
+    service.get_sandbox("error")  # the wait stops here: no resume, no further poll
     for _ in range(4):  # the first try and three retries
         service.destroy_sandbox(http=503)
     with pytest.raises(cs.CreateosCleanupError) as caught:
@@ -151,7 +152,7 @@ def test_lost_creation_reply_finds_the_sandbox_by_name_and_destroys_it(
 def test_lost_creation_reply_that_cannot_be_checked_is_a_cleanup_error(
     client: Client, service: Service
 ) -> None:
-    service.create_sandbox(http=503)
+    service.create_sandbox(http=502)
     for _ in range(4):
         service.add("GET", "/sandboxes", 500)
     with pytest.raises(cs.CreateosCleanupError, match="createos-sync ls"):
@@ -241,7 +242,7 @@ def test_termination_failing_once_is_retried_once(
     service.open_running()
     box = client.lease().open()
     start_background(box, service, release)
-    service.terminate(http=503)
+    service.terminate(http=502)
     service.terminate(tree_exited=True)
     service.destroy_sandbox()
     box.close()
@@ -281,8 +282,8 @@ def test_termination_failing_twice_destroys_the_sandbox_and_says_so(
     service.open_running()
     box = client.lease(on_exit="keep").open()
     start_background(box, service, release)
-    service.terminate(http=503)
-    service.terminate(http=503)
+    service.terminate(http=502)
+    service.terminate(http=502)
     service.get_process(tree_exited=False)
     for _ in range(1 if destroy_status == 200 else 4):
         service.destroy_sandbox(http=destroy_status)
@@ -298,10 +299,10 @@ def test_termination_failing_twice_destroys_the_sandbox_and_says_so(
 def test_ambiguous_process_creation_poisons_the_lease(client: Client, service: Service) -> None:
     service.open_running()
     box = client.lease(on_exit="keep").open()
-    service.create_process(http=503)
+    service.create_process(http=502)
     with pytest.raises(cs.CreateosApiError) as caught:
         box.run("true")
-    assert caught.value.status == 503 and caught.value.outcome_unknown
+    assert caught.value.status == 502 and caught.value.outcome_unknown
     assert "poisoned" in str(caught.value)
     assert len(service.calls("POST", "/processes")) == 1  # never created twice
     before = len(service.mock.calls)
@@ -418,3 +419,216 @@ def test_journal_forgets_a_refused_creation(client: Client, service: Service) ->
     with pytest.raises(cs.CreateosApiError):
         client.lease().open()
     assert Journal().entries() == []
+
+
+# --- a creation answer without a usable id is a lost answer (issue 9, item 1) ----------------
+
+UNUSABLE_IDS = {
+    "missing": None, "empty": "", "a path": "../x", "a number": 42, "too long": "s" * 129
+}  # fmt: skip
+
+
+def _listing_of(service: Service, sandbox_id: object) -> Any:
+    """A listing naming the sandbox this lease asked for, with ``sandbox_id``."""
+
+    def listing(request: Any) -> tuple[int, dict[str, str], str]:
+        name = json.loads(service.calls("POST", "/sandboxes")[0].request.body)["name"]
+        page = {"data": [sandbox(name=name, sandbox_id=sandbox_id)], "pagination": {"total": 1}}
+        return 200, {}, json.dumps({"status": "success", "data": page})
+
+    return listing
+
+
+@pytest.mark.parametrize("unusable", UNUSABLE_IDS.values(), ids=UNUSABLE_IDS.keys())
+def test_creation_answer_without_a_usable_id_is_recovered_by_name(
+    client: Client, service: Service, unusable: object
+) -> None:
+    from createos_sync._journal import Journal
+
+    answer = {k: v for k, v in sandbox("running").items() if k != "id"}
+    if unusable is not None:
+        answer["id"] = unusable
+    service.create_sandbox(body=answer)
+    service.mock.add_callback("GET", API + "/sandboxes", callback=_listing_of(service, SANDBOX))
+    service.destroy_sandbox()
+    with pytest.raises(cs.ProtocolError) as caught:
+        client.lease().open()
+    assert "not a plausible id" in str(caught.value)
+    assert "no sandbox named createos-sync-" in str(caught.value)
+    assert [c.request.url.split("/v1")[1] for c in service.calls("DELETE")] == [
+        f"/sandboxes/{SANDBOX}"
+    ]
+    assert len(service.calls("POST", "/sandboxes")) == 1  # never repeated
+    assert Journal().entries() == []
+
+
+def test_creation_answer_without_a_usable_id_and_no_usable_listing_is_a_cleanup_error(
+    client: Client, service: Service
+) -> None:
+    from createos_sync._journal import Journal
+
+    service.create_sandbox(body=sandbox("running", sandbox_id=""))
+    service.mock.add_callback("GET", API + "/sandboxes", callback=_listing_of(service, "../x"))
+    with pytest.raises(cs.CreateosCleanupError) as caught:
+        client.lease().open()
+    (entry,) = Journal().entries()  # kept for `createos-sync reap`
+    assert entry.name in str(caught.value) and entry.sandbox_id is None
+    assert caught.value.sandbox_destroyed is False
+    assert not service.calls("DELETE")  # nothing is ever sent to /v1/sandboxes/
+
+
+def test_process_creation_answer_without_a_usable_id_poisons_the_lease(
+    client: Client, service: Service
+) -> None:
+    service.open_running()
+    box = client.lease(on_exit="keep").open()
+    service.create_process(body={"pid": 42, "state": "running", "process_id": ""})
+    with pytest.raises(cs.ProtocolError) as caught:
+        box.run("true")
+    assert "poisoned" in str(caught.value) and SANDBOX in str(caught.value)
+    with pytest.raises(cs.CreateosCleanupError):
+        box.run("true")  # refused before any request
+    service.destroy_sandbox()
+    with pytest.raises(cs.CreateosCleanupError) as closed:
+        box.close()
+    assert closed.value.sandbox_destroyed is True and "unknown outcome" in str(closed.value)
+
+
+# --- the journal must be writable, unless the user opted out (issue 9, item 4) --------------
+
+
+def test_an_unwritable_journal_stops_open_before_any_request(
+    client: Client,
+    service: Service,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("CREATEOS_SYNC_STATE_DIR", str(tmp_path / "file" / "state"))
+    box = client.lease()
+    with pytest.raises(cs.ConfigError, match="journal=False") as caught:
+        box.open()
+    assert str(tmp_path / "file" / "state") in str(caught.value)
+    assert "could not be updated" not in caplog.text  # one clear error, no noise
+    assert len(service.mock.calls) == 0 and box.closed  # nothing was asked for
+
+
+@pytest.mark.parametrize("opt_out", ["argument", "environment"])
+def test_a_lease_without_journal_keeps_no_record(
+    client: Client, service: Service, monkeypatch: pytest.MonkeyPatch, opt_out: str
+) -> None:
+    from createos_sync._journal import Journal
+
+    if opt_out == "environment":
+        monkeypatch.setenv("CREATEOS_SYNC_JOURNAL", "off")
+    service.open_running()
+    service.destroy_sandbox()
+    with client.lease(journal=opt_out == "environment") as box:
+        assert box.id == SANDBOX
+        assert not Journal().path.exists()
+    assert len(service.mock.calls) == 3  # the creation, the ttl watchdog, the destroy
+
+
+def test_a_misspelt_journal_setting_is_refused_before_any_request(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CREATEOS_SYNC_JOURNAL", "of")
+    with pytest.raises(cs.ConfigError, match="CREATEOS_SYNC_JOURNAL"):
+        client.lease()
+
+
+# --- close() during open(): close wins (issue 9, item 7) -------------------------------------
+
+
+def test_close_during_open_wins(client: Client, service: Service) -> None:
+    from createos_sync._journal import Journal
+
+    polled, closing = threading.Event(), threading.Event()
+
+    def poll(request: Any) -> tuple[int, dict[str, str], str]:
+        polled.set()
+        closing.wait(10)  # close() has begun: the sandbox then turns out to be running
+        return 200, {}, json.dumps({"status": "success", "data": sandbox("running")})
+
+    service.create_sandbox("creating")
+    service.mock.add_callback("GET", API + f"/sandboxes/{SANDBOX}", callback=poll)
+    service.destroy_sandbox()
+    box = client.lease()
+    outcome: list[BaseException | None] = []
+
+    def opening() -> None:
+        try:
+            box.open()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    opener = threading.Thread(target=opening)
+    opener.start()
+    assert polled.wait(10)
+    closer = threading.Thread(target=box.close)
+    closer.start()
+    wait_until(lambda: box._state == "closing", "close() to begin")
+    closing.set()
+    closer.join(10)
+    opener.join(10)
+    assert not closer.is_alive() and not opener.is_alive()
+    (raised,) = outcome
+    assert isinstance(raised, cs.LeaseClosed), raised
+    assert box.closed and box not in cs.leases()
+    assert len(service.calls("DELETE", f"/sandboxes/{SANDBOX}")) == 1  # open() undid itself
+    assert Journal().entries() == []
+    with pytest.raises(cs.LeaseClosed):
+        box.run("true")
+def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
+    client: Client, service: Service
+) -> None:
+    """An in-process emulator's sandboxes die with it: such leases opt out of the journal."""
+    from createos_sync._journal import Journal
+
+    journal = Journal()
+    service.open_running()
+    for _ in range(4):
+        service.destroy_sandbox(http=503)
+    with pytest.raises(cs.CreateosCleanupError), client.lease(journal=False):
+        assert journal.entries() == []
+    assert journal.entries() == []
+    assert not journal.path.exists()  # not even an empty journal file was written
+@pytest.mark.parametrize("status", ["failed", "error", "destroying", "destroyed"])
+def test_a_waiting_open_stops_at_a_state_that_will_not_serve(
+    client: Client, service: Service, sleeps: list[float], status: str
+) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox("creating")
+    service.get_sandbox(status)  # stops here: no further poll until the deadline
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        client.lease().open()
+    assert caught.value.status == status and SANDBOX in str(caught.value)
+    # one pause before the first poll (the answer said "creating"), one between the two polls
+    assert len(service.calls("GET")) == 2 and len(sleeps) == 2
+
+
+def test_a_waiting_resume_stops_at_error(
+    client: Client, service: Service, sleeps: list[float]
+) -> None:
+    service.open_running()
+    box = client.lease().open()
+    service.get_sandbox("paused")
+    service.add("POST", f"/sandboxes/{SANDBOX}/resume", 202, {"id": SANDBOX, "status": "resuming"})
+    service.get_sandbox("resuming")
+    service.get_sandbox("error")
+    with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is error"):
+        box.resume()
+    assert len(service.calls("POST", "/resume")) == 1  # error is not resumed again and again
+    box._finish_close()
+
+
+def test_a_hostile_sandbox_status_is_never_shown(client: Client, service: Service) -> None:
+    service.create_sandbox("creating")
+    service.get_sandbox(f"broken {KEY}")
+    service.destroy_sandbox()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        client.lease().open()
+    assert KEY not in str(caught.value) and caught.value.status == "(unrecognised)"

@@ -74,3 +74,17 @@ def test_malformed_frames_are_protocol_errors(line: bytes) -> None:
 
 def test_output_lost_is_a_protocol_error() -> None:
     assert issubclass(OutputLostError, ProtocolError)
+
+
+def test_an_eviction_frame_says_where_the_journal_now_starts() -> None:
+    line = b'{"type":"error","error":"output_offset_expired","oldest_available_seq":41}'
+    assert parse_frame(line) == Error("output_offset_expired", 41)
+    for odd in (b'"41"', b"0", b"true", b"null"):
+        bad = b'{"type":"error","error":"output_offset_expired","oldest_available_seq":%s}' % odd
+        assert parse_frame(bad) == Error("output_offset_expired", None)
+
+
+@pytest.mark.parametrize("signal", ["sk-live-SECRET", "SIGKILL; sk-live-SECRET", "kill", "SIG"])
+def test_a_hostile_exit_signal_becomes_a_placeholder(signal: str) -> None:
+    line = json.dumps({"type": "exit", "signal": signal}).encode()
+    assert parse_frame(line) == Exit(None, "(unrecognised)")

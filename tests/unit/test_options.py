@@ -19,6 +19,8 @@ def test_every_surface_takes_the_same_option_names() -> None:
     names = {field.name for field in attrs.fields(LeaseOptions)}
     assert _keywords(cs.lease) == names
     assert _keywords(cs.Client.lease) == names
+    own = {"fn", "items", "concurrency", "setup", "return_exceptions", "progress", "executor"}
+    assert _keywords(cs.map) - own == names
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,9 @@
-"""Bounded capture: the last ``max_output`` characters, in bounded memory, without recopying."""
+"""Bounded capture: the last ``max_output`` characters of UTF-8 bytes, decoded once, in bounded
+memory."""
 
 from __future__ import annotations
+
+import codecs
 
 import pytest
 from hypothesis import given
@@ -9,68 +12,102 @@ from hypothesis import strategies as st
 from createos_sync._output import Capture, TailBuffer, fan_out
 
 TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+# Any bytes at all: valid UTF-8 cut anywhere, lone continuation bytes, overlong and
+# truncated sequences, surrogates. What a command writes is not ours to choose.
+BYTES = st.binary(max_size=40)
+
+
+def small_batches(batch: int, limit: int) -> TailBuffer:
+    """A buffer that batches only writes under ``batch`` bytes, so that tiny examples
+    reach the dropping of whole chunks."""
+
+    class Buffer(TailBuffer):
+        BATCH = batch
+
+    return Buffer(limit)
 
 
 def tail(text: str, limit: int) -> str:
     return text[len(text) - limit :] if len(text) > limit else text
 
 
-@given(st.lists(TEXTS, max_size=60), st.integers(0, 120))
-def test_keeps_exactly_the_last_limit_characters(writes: list[str], limit: int) -> None:
-    buffer = TailBuffer(limit)
-    for text in writes:
-        buffer.write(text)
-    full = "".join(writes)
+def incremental(writes: list[bytes]) -> str:
+    """What live callbacks receive for the same frames, joined."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    return "".join(decoder.decode(data) for data in writes) + decoder.decode(b"", final=True)
+
+
+@given(st.lists(BYTES, max_size=60), st.integers(0, 120), st.sampled_from([1, 3, 16, 8192]))
+def test_keeps_exactly_the_last_limit_characters_of_any_bytes(
+    writes: list[bytes], limit: int, batch: int
+) -> None:
+    buffer = small_batches(batch, limit)
+    for data in writes:
+        buffer.write(data)
+    full = incremental(writes)
     assert buffer.getvalue() == tail(full, limit)
     assert buffer.truncated == (len(full) > limit)
 
 
-@given(
-    st.lists(st.integers(1, 3 * TailBuffer.BATCH), min_size=1, max_size=12),
-    st.integers(0, 4 * TailBuffer.BATCH),
-)
-def test_big_and_small_writes_mixed(sizes: list[int], limit: int) -> None:
-    buffer = TailBuffer(limit)
-    writes = [chr(0x41 + i % 26) * size for i, size in enumerate(sizes)]
-    for text in writes:
-        buffer.write(text)
-    assert buffer.getvalue() == tail("".join(writes), limit)
+@given(st.lists(TEXTS, max_size=30), st.data(), st.integers(0, 120), st.sampled_from([1, 5]))
+def test_multibyte_text_cut_anywhere(
+    texts: list[str], data: st.DataObject, limit: int, batch: int
+) -> None:
+    encoded = "".join(texts).encode()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(encoded)), max_size=20)))
+    writes = [encoded[a:b] for a, b in zip([0, *cuts], [*cuts, len(encoded)], strict=True)]
+    buffer = small_batches(batch, limit)
+    for chunk in writes:
+        buffer.write(chunk)
+    assert buffer.getvalue() == tail("".join(texts), limit)
 
 
 def test_reading_midway_then_writing_on() -> None:
-    buffer = TailBuffer(5)
-    buffer.write("abc")
+    buffer = small_batches(1, 5)
+    buffer.write(b"abc")
     assert buffer.getvalue() == "abc"
     assert not buffer.truncated
-    buffer.write("defg")
-    assert buffer.getvalue() == "cdefg"
-    assert buffer.getvalue() == "cdefg"
+    buffer.write(b"d\xc3")  # é cut in two
+    buffer.write(b"\xa9fg")
+    assert buffer.getvalue() == "cdéfg"
+    assert buffer.getvalue() == "cdéfg"
     assert buffer.truncated
 
 
-@pytest.mark.parametrize("write_size", [1, 100, TailBuffer.BATCH, 65536])
-def test_memory_stays_within_limit_plus_one_chunk(write_size: int) -> None:
+def test_a_cut_on_a_character_boundary_is_still_truncation() -> None:
+    buffer = small_batches(1, 4)
+    for chunk in (b"ab", b"cd", b"ef", b"gh"):
+        buffer.write(chunk)
+    assert buffer.getvalue() == "efgh"
+    assert buffer.truncated
+
+
+@pytest.mark.parametrize("char", ["x", "é", "日", "🙂"])
+@pytest.mark.parametrize("write_chars", [1, 100, 8192, 65536])
+def test_memory_stays_within_limit_characters_plus_one_chunk(char: str, write_chars: int) -> None:
     limit = 50_000
     buffer = TailBuffer(limit)
-    text = "é" * write_size
-    for _ in range(400_000 // write_size + 1):
-        buffer.write(text)
-        assert buffer.held <= limit + max(TailBuffer.BATCH, write_size) * 2
-    assert buffer.getvalue() == "é" * limit
+    chunk = (char * write_chars).encode()
+    for _ in range(400_000 // write_chars + 1):
+        buffer.write(chunk)
+        assert buffer.held <= limit * len(char.encode()) + len(chunk) + 3 * TailBuffer.BATCH
+    assert buffer.getvalue() == char * limit
+    assert buffer.truncated
 
 
-def test_a_tail_that_fits_is_returned_without_a_copy() -> None:
-    buffer = TailBuffer(1 << 20)
-    frame = "x" * (2 * TailBuffer.BATCH)
-    buffer.write(frame)
-    assert buffer.getvalue() is frame
+def test_max_output_zero_keeps_nothing_but_says_so() -> None:
+    buffer = TailBuffer(0)
+    buffer.write(b"abc")
+    assert buffer.getvalue() == ""
+    assert buffer.truncated
+    assert TailBuffer(0).getvalue() == ""
+    assert not TailBuffer(0).truncated
 
 
 def test_capture_sorts_streams_and_reports_truncation() -> None:
     capture = Capture(3)
-    deliver = fan_out(capture.write, None)
-    deliver("stdout", "abcd")
-    deliver("stderr", "é")
+    capture.write("stdout", b"abcd")
+    capture.write("stderr", "é".encode())
     assert capture.stdout.getvalue() == "bcd"
     assert capture.stderr.getvalue() == "é"
     assert capture.truncated
@@ -81,5 +118,7 @@ def test_fan_out_calls_every_sink_in_order() -> None:
     deliver = fan_out(
         lambda s, t: seen.append(("a", s, t)), None, lambda s, t: seen.append(("b", s, t))
     )
+    assert deliver is not None
     deliver("stdout", "x")
     assert seen == [("a", "stdout", "x"), ("b", "stdout", "x")]
+    assert fan_out(None, None) is None

@@ -7,9 +7,12 @@ import createos_sync as cs
 
 def test_all_is_sorted_and_complete() -> None:
     assert cs.__all__ == sorted(cs.__all__)
-    public = {n for n in dir(cs) if not n.startswith("_")} - {"annotations"}
+    # Not identifiers: pytest rewrites the asserts of every module of a distribution that
+    # has a pytest11 entry point (ours: the plugin) and adds "@py_builtins" and the like.
+    public = {n for n in dir(cs) if n.isidentifier() and not n.startswith("_")}
+    public -= {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
-    modules |= {"network", "process", "result"}  # submodules, present once imported
+    modules |= {"fanout", "network", "process", "pytest_plugin", "result", "templates"}
     assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(
         cs.__all__
     )
@@ -69,3 +72,39 @@ def test_is_cleanup_error_follows_cause_context_and_notes() -> None:
     looped = ValueError("loop")
     looped.__context__ = looped
     assert not cs.is_cleanup_error(looped)
+
+
+def _errors() -> list[cs.CreateosError]:
+    from createos_sync.errors import attach_cleanup_failure
+
+    failed = cs.RunResult(args="false", exit_code=1, stdout="", stderr="", process_id="p-1")
+    api = cs.CreateosApiError("sandbox creation", 503, request_id="r-9", outcome_unknown=True)
+    api.add_note("a note")
+    carrier = cs.CommandFailed(failed)
+    attach_cleanup_failure(carrier, cs.CreateosCleanupError("x", sandbox_id="sb-2"))
+    return [
+        api,
+        cs.OperationTimeout("process creation", 5.0, "slow"),
+        cs.SandboxUnavailable("sb-1", "failed"),
+        cs.CreateosCleanupError("left", sandbox_id="sb-1", process_ids=["p-1"]),
+        carrier,
+        cs.CommandTimeout(failed, 3.0),
+        cs.ConfigError("bad"),
+        cs.LeaseClosed("closed"),
+    ]
+
+
+def test_errors_pickle_whole() -> None:
+    """Errors raised in another process (cs.map on an executor) come back with their fields."""
+    import pickle
+
+    for error in _errors():
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error)
+        assert str(copy) == str(error)
+        assert copy.__dict__.keys() == error.__dict__.keys()
+        assert getattr(copy, "__notes__", None) == getattr(error, "__notes__", None)
+        assert cs.is_cleanup_error(copy) == cs.is_cleanup_error(error)
+    api = pickle.loads(pickle.dumps(_errors()[0]))
+    assert isinstance(api, cs.CreateosApiError)
+    assert (api.status, api.request_id, api.outcome_unknown) == (503, "r-9", True)

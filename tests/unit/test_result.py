@@ -51,3 +51,28 @@ def test_repr_is_short_and_never_dumps_output() -> None:
 
 def test_html_repr_escapes() -> None:
     assert "<script>" not in result(stdout="<script>alert(1)</script>")._repr_html_()
+
+
+def test_failure_message_ends_with_a_bounded_stderr_tail() -> None:
+    lines = [f"line {i}" for i in range(1, 9)]
+    stderr = "\n".join([*lines[:-1], "\x1b[31m" + "x" * 500, ""])
+    failed = result(exit_code=2, stderr=stderr)
+    with pytest.raises(cs.CommandFailed) as caught:
+        failed.check()
+    message = str(caught.value)
+    first, header, *tail = message.splitlines()
+    assert first.startswith("command 'echo hi' exited with status 2")
+    assert header == "stderr (last 5 of 8 lines):"
+    assert tail[:4] == ["  line 4", "  line 5", "  line 6", "  line 7"]
+    assert tail[4].startswith("  ?[31mxxx") and tail[4].endswith("...") and len(tail[4]) == 202
+    assert "\x1b" not in message
+    assert caught.value.result.stderr == stderr  # .result keeps everything
+
+
+def test_timeout_message_shows_stderr_and_a_quiet_failure_shows_none() -> None:
+    with pytest.raises(cs.CommandTimeout) as caught:
+        result(exit_code=None, timed_out=True, timeout=2.0, stderr="waiting...\n").check()
+    assert str(caught.value).splitlines()[1:] == ["stderr:", "  waiting..."]
+    with pytest.raises(cs.CommandFailed) as quiet:
+        result(exit_code=1, stderr=" \n").check()
+    assert "\n" not in str(quiet.value)

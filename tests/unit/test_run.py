@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 import createos_sync as cs
 from createos_sync import Client
 
-from .wire import PROCESS, SANDBOX, Chunked, Service, data, exit_frame, ndjson
+from .wire import PROCESS, SANDBOX, Chunked, Service, data, exit_frame, ndjson, process
 
 
 @pytest.fixture
@@ -79,6 +80,7 @@ def test_dropped_stream_is_replayed_without_duplicates(box: Any, service: Servic
     service.create_process()
     service.connect(data(1, "one\n"), data(2, "two\n"))  # ends without an exit frame: dropped
     service.close_stdin()
+    service.get_sandbox("running")  # is the sandbox still there? It is: reconnect
     service.connect(data(1, "one\n"), data(2, "two\n"), data(3, "three\n"), exit_frame(0))
     result = box.run("count")
     assert result.stdout == "one\ntwo\nthree\n"
@@ -261,9 +263,144 @@ def test_a_stream_that_never_holds_gives_up_after_a_bounded_number_of_attempts(
 ) -> None:
     service.create_process()
     for _ in range(6):
-        service.connect(http=503)
+        service.connect(http=502)
     service.terminate()
     with pytest.raises(cs.CreateosApiError) as caught:
         box.run("x")
-    assert caught.value.status == 503
+    # Never attached, so the start gate was never released: no exit status to recover.
+    assert caught.value.status == 502
     assert len(service.calls("GET", "/connect")) == 6
+    assert not service.calls("GET", "/wait")
+
+
+# --- lost output says how much; a dropping stream; a sandbox dying mid-run --------------
+
+WAIT = f"/sandboxes/{SANDBOX}/processes/{PROCESS}/wait"
+
+
+def test_an_eviction_frame_says_how_many_frames_were_lost(box: Any, service: Service) -> None:
+    service.run(
+        data(1, "a"),
+        {"type": "error", "error": "output_offset_expired", "oldest_available_seq": 12},
+    )
+    service.terminate()
+    with pytest.raises(cs.OutputLostError) as caught:
+        box.run("x")
+    assert caught.value.lost_through == 11
+    assert "lost 10 output frames (2 to 11)" in str(caught.value)
+
+
+def test_a_410_reads_where_the_journal_starts_to_say_how_much_was_lost(
+    box: Any, service: Service
+) -> None:
+    service.create_process()
+    service.connect(http=410)
+    service.get_process(body=process(output={"oldest_seq": 31, "newest_seq": 40}))
+    service.terminate()
+    with pytest.raises(cs.OutputLostError) as caught:
+        box.run("x")
+    assert caught.value.lost_through == 30 and "lost 30 output frames (1 to 30)" in str(
+        caught.value
+    )
+
+
+def test_a_gap_says_which_frames_are_missing(box: Any, service: Service) -> None:
+    service.run(data(1, "a"), data(4, "d"), exit_frame(0))
+    service.terminate()
+    with pytest.raises(cs.OutputLostError) as caught:
+        box.run("x")
+    assert caught.value.lost_through == 3 and "(2 to 3)" in str(caught.value)
+
+
+def _dropping(service: Service, times: int) -> None:
+    """A stream that attaches, delivers frame 1, then drops on every reconnection."""
+    service.create_process()
+    service.connect(data(1, "one\n"))  # ends without the exit frame...
+    service.close_stdin()
+    service.get_sandbox("running")  # ... in a sandbox that is fine
+    for _ in range(times):
+        service.connect(raw=io.BufferedReader(Chunked([], reset())))
+
+
+def reset() -> ConnectionResetError:
+    return ConnectionResetError("reset")
+
+
+def test_a_stream_that_keeps_dropping_recovers_the_exit_status_with_wait(
+    box: Any, service: Service
+) -> None:
+    _dropping(service, 5)
+    service.add("GET", WAIT, 408)  # not yet: poll again
+    finished = process(tree_exited=True, exit_code=3, output={"oldest_seq": 1, "newest_seq": 1})
+    service.add("GET", WAIT, body=finished)
+    result = box.run("x")
+    # Every frame was read before the drops: nothing lost, the exit status is the command's.
+    assert (result.exit_code, result.stdout, result.timed_out) == (3, "one\n", False)
+    waits = service.calls("GET", "/wait")
+    assert len(waits) == 2 and all("scope=tree" in c.request.url for c in waits)
+    assert all("timeout_ms=" in c.request.url for c in waits)
+    assert not service.calls("DELETE")  # the tree has exited: nothing to terminate
+
+
+def test_output_that_could_not_be_read_is_reported_lost_with_the_result(
+    box: Any, service: Service
+) -> None:
+    _dropping(service, 5)
+    finished = process(tree_exited=True, exit_code=0, output={"oldest_seq": 1, "newest_seq": 9})
+    service.add("GET", WAIT, body=finished)
+    with pytest.raises(cs.OutputLostError) as caught:
+        box.run("x")
+    error = caught.value
+    assert error.lost_through == 9 and "lost 8 output frames (2 to 9)" in str(error)
+    assert error.result is not None
+    assert (error.result.exit_code, error.result.stdout) == (0, "one\n")
+
+
+def test_a_stream_ending_without_exit_in_a_failed_sandbox_is_sandbox_unavailable(
+    box: Any, service: Service
+) -> None:
+    service.create_process()
+    service.connect(data(1, "partial\n"))  # ends cleanly, no exit frame
+    service.close_stdin()
+    service.get_sandbox("failed")
+    service.terminate()
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        box.run("x")
+    assert caught.value.sandbox_id == SANDBOX and caught.value.status == "failed"
+    assert str(caught.value).startswith(f"sandbox {SANDBOX} is failed")
+    assert len(service.calls("GET", "/connect")) == 1  # no reconnection to a dead sandbox
+
+
+@pytest.mark.parametrize("status", ["error", "destroying"])
+def test_process_creation_409_in_a_dead_sandbox_is_sandbox_unavailable(
+    box: Any, service: Service, status: str
+) -> None:
+    service.create_process(http=409)
+    service.get_sandbox(status)
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        box.run("x")
+    assert caught.value.status == status and "HTTP 409" not in str(caught.value)
+
+
+def test_process_creation_409_in_a_running_sandbox_stays_an_api_error(
+    box: Any, service: Service
+) -> None:
+    service.create_process(http=409)
+    service.get_sandbox("running")
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.run("x")
+    assert caught.value.status == 409
+
+
+def test_a_hostile_exit_signal_never_reaches_the_result(box: Any, service: Service) -> None:
+    service.run(exit_frame(None, "SIGKILL sk-live-SECRET-abc123"))
+    result = box.run("x")
+    assert result.signal == "(unrecognised)" and result.exit_code is None
+
+
+def test_a_hostile_stream_error_code_is_a_placeholder(box: Any, service: Service) -> None:
+    service.run({"type": "error", "error": "sk-live-SECRET-abc123 leaked"})
+    service.terminate()
+    with pytest.raises(cs.ProtocolError) as caught:
+        box.run("x")
+    assert "SECRET" not in str(caught.value) and "(unrecognised)" in str(caught.value)

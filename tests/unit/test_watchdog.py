@@ -13,8 +13,10 @@ import createos_sync as cs
 from createos_sync import Client
 from createos_sync._background import Job
 from createos_sync._box import Box
+from createos_sync._command import Command, Gate
 from createos_sync._deadline import Deadline
 from createos_sync._watchdog import HOLD, SCRIPT, STOP, Watchdog
+from createos_sync.process import launch
 
 from .wire import SANDBOX, WATCHDOG, Service, process
 
@@ -151,6 +153,26 @@ def test_a_sandbox_destroyed_by_someone_else_is_not_called_expired(
     assert not isinstance(caught.value, cs.LeaseExpired)
 
 
+@pytest.mark.parametrize(("late", "expired"), [(TTL, True), (PERIOD, False)])
+def test_a_sandbox_found_destroyed_under_a_command_is_lease_expired_when_the_ttl_ran_out(
+    watchdog: Watchdog, client: Client, service: Service, clock: Clock, late: float, expired: bool
+) -> None:
+    """The engines' own finding (a creation refused 409, then the sandbox read 404) goes
+    through ``Box.explain``: the watchdog names it when its ttl could have run out."""
+    box = Box(client.transport, SANDBOX, sleep=lambda s: None, explain=watchdog.explain)
+    clock.now += late  # renewals stopped landing that long ago (cut off from the service)
+    service.create_process(http=409)
+    service.add("GET", f"/sandboxes/{SANDBOX}", 404)
+    command = Command.parse("true")
+    with pytest.raises(cs.SandboxUnavailable, match=SANDBOX) as caught:
+        launch(box, command, gate=Gate.STDIN_EOF, stdin=None, deadline=Deadline.after(5))
+    assert isinstance(caught.value, cs.LeaseExpired) is expired
+    assert watchdog.gone  # close() is quiet: nothing is left
+    with pytest.raises(cs.LeaseExpired if expired else cs.SandboxUnavailable):
+        watchdog.verify()
+    assert len(service.mock.calls) == 1 + 2  # no renewal, no request more for the verdict
+
+
 def test_verify_is_free_while_renewals_land(watchdog: Watchdog, service: Service) -> None:
     for _ in range(3):
         watchdog.verify()
@@ -198,6 +220,43 @@ def test_hold_rearm_and_stop_are_one_write_each(
     watchdog.stop()
     watchdog.cancel()
     assert len(service.mock.calls) == 1 + 3
+
+
+def test_hold_of_a_sandbox_paused_behind_the_leases_back_is_no_error(
+    watchdog: Watchdog, service: Service, fake: FakeScheduler
+) -> None:
+    service.ttl_write(http=409)  # auto-paused, say: its watchdog is frozen with it
+    watchdog.hold()
+    assert watchdog.state == "held" and all(job.cancelled for _, job in fake.jobs)
+
+
+def test_a_held_watchdog_at_close_gets_one_stop_write_and_its_failure_is_no_error(
+    watchdog: Watchdog, service: Service
+) -> None:
+    service.ttl_write()
+    watchdog.hold()
+    service.ttl_write(http=409)  # the sandbox is paused: nothing runs, and hold never fires
+    watchdog.stop()
+    assert writes(service) == [HOLD, STOP] and watchdog.state == "stopped"
+    assert not service.calls("DELETE")  # no termination sent to a paused sandbox
+
+
+def test_resumed_arms_a_watchdog_never_started_and_rearms_one_held(
+    client: Client, service: Service, fake: FakeScheduler, clock: Clock
+) -> None:
+    """A fork made start_paused opens paused: its first resume starts its watchdog."""
+    dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
+    box = Box(client.transport, SANDBOX, sleep=lambda s: None)
+    service.watchdog()
+    dog.resumed(box, Deadline.after(10))
+    assert dog.state == "armed" and dog.process_id == WATCHDOG
+    service.ttl_write()
+    dog.hold()
+    service.ttl_write()
+    dog.resumed(box, Deadline.after(10))
+    assert dog.state == "armed" and writes(service) == [HOLD, b"1\n"]
+    # One creation, then the hold and the re-arm: never a second watchdog.
+    assert [c.request.method for c in service.mock.calls] == ["POST", "PUT", "PUT"]
 
 
 def test_an_unconfirmed_stop_falls_back_on_the_stop_file(

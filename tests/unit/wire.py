@@ -126,10 +126,10 @@ class Service:
         self.create_sandbox("running")
         self.watchdog()
 
-    def watchdog(self, http: int = 201) -> None:
+    def watchdog(self, http: int = 201, sandbox_id: str = SANDBOX) -> None:
         """The ttl watchdog's process creation (every lease with a ttl opens with it)."""
         body = None if http >= 400 else process(process_id=WATCHDOG)
-        self.add("POST", f"/sandboxes/{SANDBOX}/processes", http, body)
+        self.add("POST", f"/sandboxes/{sandbox_id}/processes", http, body)
 
     def stop_watchdog(self, http: int = 200, tree_exited: bool = True) -> None:
         """The termination of the ttl watchdog at close (kept or paused sandbox)."""
@@ -166,8 +166,9 @@ class Service:
         body = None if http >= 400 else process(tree_exited=tree_exited)
         self.add("DELETE", f"/sandboxes/{SANDBOX}/processes/{PROCESS}", http, body)
 
-    def get_process(self, http: int = 200, tree_exited: bool = True) -> None:
-        body = None if http >= 400 else process(tree_exited=tree_exited)
+    def get_process(self, http: int = 200, tree_exited: bool = True, body: Any = None) -> None:
+        if body is None and http < 400:
+            body = process(tree_exited=tree_exited)
         self.add("GET", f"/sandboxes/{SANDBOX}/processes/{PROCESS}", http, body)
 
     def run(self, *frames: dict[str, Any]) -> None:

@@ -1,0 +1,115 @@
+"""``createos-sync template build | ls | rm``: templates from the command line.
+
+``template build NAME [-f DOCKERFILE] [--base B]`` streams the build log
+live on stdout and exits 0 once the template is ready (its id is said on
+stderr), or 1 with the end of the log when the build failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import attrs
+
+from ..client import Client
+from ..errors import CreateosError
+from ._manage import _jsonable, _print_table
+from ._report import EXIT_FAILURE, UsageError, say
+
+BUILD_HINT = "see `createos-sync template build --help`"
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    parser = commands.add_parser(
+        "template", parents=[common], help="build, list and delete templates"
+    )
+    actions = parser.add_subparsers(dest="template_action", required=True, metavar="ACTION")
+
+    build = actions.add_parser(
+        "build",
+        parents=[common],
+        help="build a template from a Dockerfile, streaming its log",
+        description="Build a template (a root file system) from a Dockerfile; use it with "
+        "`createos-sync run --rootfs ID` or `cs.lease(rootfs=ID)`.",
+    )
+    build.add_argument("name", metavar="NAME", help="the template's name")
+    build.add_argument(
+        "-f",
+        "--file",
+        default="Dockerfile",
+        metavar="DOCKERFILE",
+        help="the Dockerfile to build ('-' reads stdin; default: ./Dockerfile)",
+    )
+    build.add_argument("--base", help="the root file system to build on if there is no FROM")
+    build.set_defaults(handler=build_template)
+
+    ls = actions.add_parser("ls", parents=[common], help="list the templates of the account")
+    ls.add_argument("--json", action="store_true", help="one JSON array, an object per template")
+    ls.set_defaults(handler=list_templates)
+
+    rm = actions.add_parser(
+        "rm", parents=[common], help="delete templates (sandboxes made from them are not affected)"
+    )
+    rm.add_argument("ids", nargs="+", metavar="ID")
+    rm.set_defaults(handler=delete_templates)
+
+
+def build_template(args: argparse.Namespace) -> int:
+    dockerfile = _read_dockerfile(args.file)
+    with Client() as client:
+        try:
+            template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc), hint=BUILD_HINT) from None
+    say(f"template {template.id} ({template.name}) is ready: use it with --rootfs {template.id}")
+    return 0
+
+
+def list_templates(args: argparse.Namespace) -> int:
+    with Client() as client:
+        templates = client.templates()
+    if args.json:
+        json.dump([attrs.asdict(t, value_serializer=_jsonable) for t in templates], sys.stdout,
+                  indent=1)  # fmt: skip
+        print(flush=True)
+        return 0
+    rows = [
+        [t.id, t.status, t.name, t.base or "", _when(t.created_at), _when(t.built_at)]
+        for t in templates
+    ]
+    _print_table(["ID", "STATUS", "NAME", "BASE", "CREATED", "BUILT"], rows)
+    return 0
+
+
+def delete_templates(args: argparse.Namespace) -> int:
+    status = 0
+    with Client() as client:
+        for template_id in args.ids:
+            try:
+                client.delete_template(template_id)
+            except CreateosError as exc:
+                say(f"deleting {template_id} failed: {exc}")
+                status = EXIT_FAILURE
+                continue
+            print(f"deleted {template_id}", flush=True)
+    return status
+
+
+def _read_dockerfile(name: str) -> str:
+    try:
+        raw = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror}", hint=BUILD_HINT) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{name} is not UTF-8 text", hint=BUILD_HINT) from None
+
+
+def _when(moment: object) -> str:
+    return moment.isoformat(timespec="seconds") if hasattr(moment, "isoformat") else ""

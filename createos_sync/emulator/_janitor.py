@@ -1,0 +1,58 @@
+"""An emulator's temporary root is removed when the emulator ends, even by ``kill -9``.
+
+``Emulator.close()`` removes the root itself, but a process killed with
+SIGKILL (or a notebook kernel that died) runs no cleanup. So each emulator
+that made a temporary root starts a janitor: a tiny shell in a session of
+its own (a Ctrl-C or a signal to the emulator's process group does not reach
+it) that blocks reading a pipe whose only write end the emulator holds. The
+kernel closes that end when the emulator's process ends, however it ends;
+the read returns, and the janitor removes the root, retrying for a few
+seconds while the sandboxes' processes die with their emulator (bubblewrap's
+``--die-with-parent``, the plain-mode subreaper's parent-death signal).
+
+Why a watcher rather than a sweep of stale roots at the next start: the
+files go at once, and no later emulator has to guess which directories in a
+shared temporary directory belong to a dead one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+
+# $1: the root. Wait for EOF, then remove it, for up to 5 s while its processes die.
+# chmod first: an overlayfs work dir (a sandbox's writable layer) is left mode 000.
+SCRIPT = (
+    'read -r _; i=0; while [ -e "$1" ] && [ "$i" -lt 50 ]; do '
+    'chmod -R u+rwx -- "$1" 2>/dev/null; '
+    'rm -rf -- "$1" 2>/dev/null; [ -e "$1" ] && sleep 0.1; i=$((i + 1)); done'
+)
+RELEASE_TIMEOUT = 5.0
+
+
+class Janitor:
+    """Removes ``root`` once this process closes the pipe: by ``release()``, or by dying."""
+
+    def __init__(self, root: str) -> None:
+        read_end, self._write_end = os.pipe()  # never inherited: only this process holds it
+        try:
+            self._proc = subprocess.Popen(
+                ["/bin/sh", "-c", SCRIPT, "createos-emulator-janitor", root],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(self._write_end)
+            raise
+        finally:
+            os.close(read_end)
+
+    def release(self) -> None:
+        """The emulator is closing and removes the root itself: let the janitor go."""
+        with contextlib.suppress(OSError):
+            os.close(self._write_end)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(RELEASE_TIMEOUT)

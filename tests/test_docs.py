@@ -1,0 +1,32 @@
+"""The README's set-up blocks stand alone, and CI runs exactly the README's test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_commands() -> list[str]:
+    """The one-line shell blocks of the README's "Try it on a fresh machine" section."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Try it on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
+
+
+def test_each_setup_block_makes_a_virtual_environment_of_its_own() -> None:
+    commands = setup_commands()
+    assert len(commands) == 2 and all("\n" not in c for c in commands)
+    venvs = [re.match(r"python3 -m venv (\S+) && \. \1/bin/activate && ", c) for c in commands]
+    assert all(venvs), commands
+    assert len({m.group(1) for m in venvs if m}) == 2  # running both never reuses the first
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    test_command = setup_commands()[1]
+    assert test_command.endswith("python -m pytest -q")
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_command in ci  # the same line, verbatim
+    assert ci[-1] == test_command  # and nothing runs after it
+    assert "apt-get install" in "\n".join(ci) and "bubblewrap" in "\n".join(ci)

@@ -1,0 +1,128 @@
+"""``Client.request``: the escape hatch to any endpoint, with the package's rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import requests
+
+import createos_sync as cs
+from createos_sync import Client
+
+from .wire import KEY, Service
+
+
+def test_request_returns_the_envelopes_data_in_one_request(
+    client: Client, service: Service
+) -> None:
+    service.add("GET", "/whoami", body={"account": "acme", "running": 2})
+    assert client.request("GET", "/whoami") == {"account": "acme", "running": 2}
+    assert len(service.mock.calls) == 1
+    assert service.mock.calls[0].request.headers["X-Api-Key"] == KEY
+
+
+def test_request_sends_json_and_params(client: Client, service: Service) -> None:
+    service.add("POST", "/networks", 201, body={"id": "net-1"})
+    data = client.request(
+        "post", "/v1/networks", json={"name": "n", "cidr": "10.0.0.0/24"}, params={"dry": True}
+    )
+    assert data == {"id": "net-1"}
+    sent = service.mock.calls[0].request
+    assert json.loads(sent.body) == {"name": "n", "cidr": "10.0.0.0/24"}
+    assert sent.url.endswith("/v1/networks?dry=true")
+
+
+# method, status answered every time -> requests sent (max_retries=3): PROTOCOL.md by method.
+BUDGET = [
+    ("GET", 502, 4),
+    ("DELETE", 500, 4),
+    ("PUT", 504, 4),
+    ("POST", 502, 1),
+    ("PATCH", 500, 1),
+    ("POST", 503, 4),
+    ("PATCH", 429, 4),
+    ("GET", 404, 1),
+    ("POST", 400, 1),
+]
+
+
+@pytest.mark.parametrize(("method", "status", "sent"), BUDGET)
+def test_request_budget_follows_the_retry_rules_by_method(
+    client: Client, service: Service, method: str, status: int, sent: int
+) -> None:
+    for _ in range(sent):
+        service.add(method, "/disks/d-1", status)
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.request(method, "/disks/d-1")
+    assert caught.value.status == status and caught.value.operation == "API request"
+    assert len(service.mock.calls) == sent
+
+
+def test_a_lost_answer_to_a_post_is_not_repeated(client: Client, service: Service) -> None:
+    service.add("POST", "/ssh-keys", body=requests.ConnectionError("reset"))
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.request("POST", "/ssh-keys", json={"key": "ssh-ed25519 AAAA"})
+    assert caught.value.outcome_unknown and "may have taken effect" in str(caught.value)
+    assert len(service.mock.calls) == 1
+
+
+def test_request_errors_are_secret_safe(client: Client, service: Service) -> None:
+    echo = {"status": "fail", "data": None, "message": f"bad value s3cr3t-v4lue for {KEY}"}
+    service.add("PUT", "/ssh-keys/k-1", 422, body=json.dumps(echo).encode())
+    with pytest.raises(cs.CreateosApiError) as caught:
+        client.request("PUT", "/ssh-keys/k-1", json={"key": "s3cr3t-v4lue"})
+    assert str(caught.value) == (
+        "HTTP 422 during API request: bad value [redacted] for [redacted]"
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "http://evil.test/v1/whoami",
+        "https://api.test/v1/whoami",
+        "//evil.test/whoami",
+        "whoami",
+        "",
+        "/",
+        "/v1/",
+        "/../whoami",
+        "/sandboxes/../../x",
+        "/sandboxes/./x",
+        "/whoami?limit=1",
+        "/whoami#frag",
+        "/%2e%2e/x",
+        "/who ami",
+        "/whoami\n",
+        "/sandboxes\\x",
+        "/a//b",
+    ],
+)
+def test_a_path_that_is_not_a_relative_api_path_is_refused_before_any_request(
+    client: Client, service: Service, path: str
+) -> None:
+    with pytest.raises(ValueError):
+        client.request("GET", path)
+    assert len(service.mock.calls) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        (("FETCH", "/x"), {}, ValueError),
+        ((1, "/x"), {}, TypeError),
+        (("GET", b"/x"), {}, TypeError),
+        (("POST", "/x"), {"json": {"a": object()}}, TypeError),
+        (("POST", "/x"), {"json": {"a": float("nan")}}, TypeError),
+        (("GET", "/x"), {"params": {"a": None}}, TypeError),
+        (("GET", "/x"), {"params": [("a", "b")]}, TypeError),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_request(
+    client: Client, service: Service, args: tuple[Any, ...], kwargs: dict[str, Any], error: type
+) -> None:
+    with pytest.raises(error):
+        client.request(*args, **kwargs)
+    assert len(service.mock.calls) == 0

@@ -1,0 +1,78 @@
+"""The wall-clock cutoff: a request still running at its deadline is cut, however it trickles.
+
+A loopback server answers one byte every 0.1 s (each byte renews a socket's read
+timeout); the transport's own session must end the request at its deadline,
+directly and through an HTTP proxy, and never touch a connection it let go.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from createos_sync._cutoff import Cutoff
+from createos_sync._deadline import Deadline
+from createos_sync._http import new_session
+
+BODY = 100
+SHORT = 5
+
+
+@pytest.fixture
+def trickler() -> Iterator[int]:
+    """A port whose server answers with 100 bytes (5 for ``/short``), 0.1 s apart."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            size = SHORT if b"/short" in conn.recv(65536) else BODY
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+            for _ in range(size):
+                if stop.wait(0.1):
+                    return
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    stop.set()
+    server.close()
+
+
+@pytest.mark.parametrize("through_proxy", [False, True])
+def test_a_trickling_answer_is_cut_at_the_deadline(trickler: int, through_proxy: bool) -> None:
+    session = new_session()
+    url = f"http://127.0.0.1:{trickler}/x"
+    proxies = {"http": url} if through_proxy else None  # the server answers as a proxy would
+    cutoff = Cutoff(Deadline.after(0.5))
+    started = time.monotonic()
+    with pytest.raises(requests.RequestException), cutoff.sending():
+        session.get(url, proxies=proxies, timeout=(5, 5), stream=True).content  # noqa: B018
+    assert cutoff.fired and time.monotonic() - started < 2.0  # 10 s without the cutoff
+    session.close()
+
+
+def test_a_cancelled_cutoff_never_cuts_the_connection(trickler: int) -> None:
+    session = new_session()
+    with Cutoff(Deadline.after(0.3)) as cutoff, cutoff.sending():
+        response = session.get(f"http://127.0.0.1:{trickler}/short", timeout=(5, 5), stream=True)
+    time.sleep(0.4)  # past the deadline of a cutoff that no longer owns the connection
+    assert not cutoff.fired
+    assert len(response.content) == SHORT
+    session.close()

@@ -1,0 +1,367 @@
+"""Forks over the wire: the request, its budget, and the recovery of a lost answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import requests
+import responses
+
+import createos_sync as cs
+from createos_sync import Client
+from createos_sync._journal import Entry, Journal, _process_start
+
+from .wire import API, SANDBOX, Service, sandbox
+
+FORK = "sb-fork"
+# Forks this process got an answer for stay claimed for its lifetime: lost ones get other ids.
+LOST = "sb-lost"
+FORK_PATH = f"/sandboxes/{SANDBOX}/fork"
+
+
+def _ago(seconds: float) -> str:
+    moment = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def fork_of(sandbox_id: str, *, age: float = 0.0, source: str = SANDBOX, **extra: Any) -> Any:
+    return sandbox(sandbox_id=sandbox_id, forked_from=source, created_at=_ago(age), **extra)
+
+
+def listing(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"data": list(items), "pagination": {"total": len(items), "limit": 500, "offset": 0}}
+
+
+@pytest.fixture
+def parent(client: Client, service: Service) -> Iterator[cs.Lease]:
+    service.open_running()
+    lease = client.lease().open()
+    yield lease
+    lease._finish_close()
+
+
+def _fork_bodies(service: Service) -> list[dict[str, Any]]:
+    return [json.loads(c.request.body) for c in service.calls("POST", "/fork")]
+
+
+def _process_creations(service: Service, sandbox_id: str) -> list[Any]:
+    """Every process creation in the sandbox, the ttl watchdog's included."""
+    return [c for c in service.mock.calls if c.request.url.endswith(f"/{sandbox_id}/processes")]
+
+
+def _deleted(service: Service) -> list[str]:
+    return [c.request.url.split("/sandboxes/")[1] for c in service.calls("DELETE")]
+
+
+# --- the request -----------------------------------------------------------------
+
+
+def test_fork_costs_one_request_plus_polls_and_its_watchdog_and_close_destroys_only_the_fork(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 201, sandbox("forking", FORK, forked_from=SANDBOX))
+    service.add("GET", f"/sandboxes/{FORK}", body=sandbox("running", FORK))
+    service.watchdog(sandbox_id=FORK)
+    service.add("DELETE", f"/sandboxes/{FORK}", body={"id": FORK, "status": "destroying"})
+    before = len(service.mock.calls)
+
+    with parent.fork(env={"A": "1"}, egress=["pypi.org"], ingress=True, name="job") as child:
+        assert (child.id, child.status) == (FORK, "running")
+        assert len(service.mock.calls) - before == 3  # the fork, its poll, its ttl watchdog
+
+    assert _fork_bodies(service) == [
+        {"envs": {"A": "1"}, "egress": ["pypi.org"], "ingress_enabled": True}
+    ]  # no name: the service takes none on a fork
+    assert _deleted(service) == [FORK]
+    assert not parent.closed and parent.status == "running"
+
+
+def test_a_fork_with_defaults_sends_an_empty_body_and_keeps_the_sources_settings(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 201, sandbox("running", FORK))
+    service.watchdog(sandbox_id=FORK)
+    child = parent.fork()
+    assert _fork_bodies(service) == [{}]
+    child._finish_close()
+
+
+def test_lease_fork_from_journals_the_source_while_the_fork_is_in_flight(
+    client: Client, service: Service
+) -> None:
+    seen: list[list[Entry]] = []
+
+    def answer(request: Any) -> tuple[int, dict[str, str], str]:
+        seen.append(Journal().entries())
+        return 201, {}, json.dumps({"status": "success", "data": sandbox("running", FORK)})
+
+    service.mock.add_callback("POST", API + FORK_PATH, callback=answer)
+    service.watchdog(sandbox_id=FORK)
+    service.add("DELETE", f"/sandboxes/{FORK}", body={"id": FORK, "status": "destroying"})
+    with client.lease(fork_from=SANDBOX, name="shard") as box:
+        [entry] = Journal().entries()
+        assert (entry.sandbox_id, entry.fork_from) == (FORK, SANDBOX)
+    [[during]] = seen
+    assert (during.sandbox_id, during.fork_from) == (None, SANDBOX)
+    assert during.name.startswith("shard-")
+    assert Journal().entries() == [] and box.closed
+
+
+def test_start_paused_opens_on_a_paused_fork_and_run_says_to_resume(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 201, sandbox("forking", FORK))
+    service.add("GET", f"/sandboxes/{FORK}", body=sandbox("paused", FORK))
+    child = parent.fork(start_paused=True)
+    assert _fork_bodies(service) == [{"start_paused": True}]
+    assert child.status == "paused"
+    calls = len(service.mock.calls)
+
+    with pytest.raises(cs.SandboxUnavailable, match=r"resume\(\) first"):
+        child.run("true")
+    with pytest.raises(cs.SandboxUnavailable, match=r"resume\(\) first"):
+        child.read_file("/workspace/x")
+    assert len(service.mock.calls) == calls  # refused before any request
+
+    assert _process_creations(service, FORK) == []  # opened paused: no ttl watchdog yet
+    service.add("GET", f"/sandboxes/{FORK}", body=sandbox("paused", FORK))
+    service.add("POST", f"/sandboxes/{FORK}/resume", 202, sandbox("resuming", FORK))
+    service.add("GET", f"/sandboxes/{FORK}", body=sandbox("running", FORK))
+    service.watchdog(sandbox_id=FORK)
+    assert child.resume().status == "running"
+    assert len(service.calls("POST", "/resume")) == 1
+    # Its ttl watchdog starts at the first resume (a paused sandbox's clock would jump).
+    assert _process_creations(service, FORK) == [service.mock.calls[-1]]
+    assert child._watchdog.state == "armed"
+    child._finish_close()
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda box: box.fork(egress="pypi.org"), ValueError),
+        (lambda box: box.fork(env={"1BAD": "x"}), ValueError),
+        (lambda box: box.fork(start_paused="yes"), TypeError),
+        (lambda box: box.fork(ingress="on"), TypeError),
+        (lambda box: box.fork(ttl=1), ValueError),
+        (lambda box: box.fork(on_exit="explode"), ValueError),
+        (lambda box: cs.lease(start_paused=True, client=box.client), ValueError),
+        (lambda box: cs.lease(fork_from="", client=box.client), ValueError),
+        (lambda box: cs.lease(fork_from="sb-x", auto_pause_after=60, client=box.client),
+         ValueError),
+    ],
+)  # fmt: skip
+def test_invalid_fork_arguments_raise_before_any_request(
+    parent: cs.Lease, service: Service, call: Any, error: type[Exception]
+) -> None:
+    calls = len(service.mock.calls)
+    with pytest.raises(error):
+        call(parent)
+    assert len(service.mock.calls) == calls
+
+
+def test_fork_of_a_closed_lease_raises_lease_closed(client: Client, service: Service) -> None:
+    with pytest.raises(cs.LeaseClosed):
+        client.lease().fork()
+    assert len(service.mock.calls) == 0
+
+
+# --- retries and lost answers --------------------------------------------------
+
+
+def test_503_is_a_refusal_and_the_fork_is_retried(parent: cs.Lease, service: Service) -> None:
+    service.add("POST", FORK_PATH, 503)
+    service.add("POST", FORK_PATH, 201, sandbox("running", FORK))
+    service.watchdog(sandbox_id=FORK)
+    child = parent.fork()
+    assert child.id == FORK and len(service.calls("POST", "/fork")) == 2
+    assert not service.calls("GET", "/sandboxes?")  # no recovery: nothing was unknown
+    child._finish_close()
+
+
+def test_a_lost_answer_finds_the_one_new_unclaimed_fork_and_destroys_it(
+    parent: cs.Lease, service: Service
+) -> None:
+    Journal().add(Entry(name="kept-by-other", base_url="https://api.test", sandbox_id="sb-claimed"))
+    service.add("POST", FORK_PATH, 502)
+    service.add(
+        "GET",
+        "/sandboxes",
+        body=listing(
+            sandbox(),  # the source
+            fork_of("sb-old", age=3600),  # made long before the request
+            fork_of("sb-claimed"),  # another lease's, per the journal
+            fork_of("sb-elsewhere", source="sb-other"),  # a fork of another sandbox
+            fork_of("sb-gone", status="destroyed"),
+            fork_of(LOST),  # the lost one
+        ),
+    )
+    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+
+    with pytest.raises(cs.CreateosApiError) as caught:
+        parent.fork()
+
+    assert caught.value.status == 502
+    assert f"fork {LOST} was found and destroyed" in str(caught.value)
+    assert _deleted(service) == [LOST]
+    assert len(service.calls("POST", "/fork")) == 1  # never repeated
+    assert [e for e in Journal().entries() if e.fork_from] == []  # nothing left to reap
+
+
+def test_a_lost_answer_with_no_new_fork_says_none_was_made(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 500)
+    service.add("GET", "/sandboxes", body=listing(sandbox(), fork_of("sb-old", age=3600)))
+    with pytest.raises(cs.CreateosApiError, match="no fork of it made since the request exists"):
+        parent.fork()
+    assert _deleted(service) == []
+
+
+def test_no_answer_at_all_looks_again_for_a_fork_still_on_its_way(
+    parent: cs.Lease, service: Service, sleeps: list[float]
+) -> None:
+    """As for a creation (``_sandbox.late_looks``): the listing that finds nothing is
+    repeated after a pause, since the fork may not be listed yet."""
+    service.add("POST", FORK_PATH, body=requests.ReadTimeout("no answer"))
+    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None)))
+    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None), fork_of(LOST)))
+    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+    with pytest.raises(cs.CreateosApiError, match=f"fork {LOST} was found and destroyed"):
+        parent.fork()
+    assert len(service.calls("GET", "/sandboxes?")) == 2 and sleeps == [0.5]
+    assert _deleted(service) == [LOST]
+    assert len(service.calls("POST", "/fork")) == 1  # never repeated
+
+
+def test_two_unclaimed_new_forks_are_ambiguous_and_neither_is_destroyed(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 504)
+    service.add("GET", "/sandboxes", body=listing(fork_of("sb-a"), fork_of("sb-b")))
+    with pytest.raises(cs.CreateosCleanupError, match="sb-a, sb-b") as caught:
+        parent.fork()
+    assert caught.value.sandbox_destroyed is None
+    assert _deleted(service) == []
+    assert len([e for e in Journal().entries() if e.fork_from]) == 1  # it stays, for reap
+
+
+def test_a_listing_that_does_not_say_which_sandboxes_are_forks_is_a_cleanup_error(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 502)
+    service.add("GET", "/sandboxes", body=listing(sandbox(), sandbox(sandbox_id="sb-x")))
+    with pytest.raises(cs.CreateosCleanupError, match="does not list forks"):
+        parent.fork()
+
+
+def test_an_answer_with_an_implausible_id_is_recovered_like_a_lost_one(
+    parent: cs.Lease, service: Service
+) -> None:
+    service.add("POST", FORK_PATH, 201, sandbox("running", "../../sandboxes/sb-1"))
+    service.add("GET", "/sandboxes", body=listing(fork_of(LOST)))
+    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+    with pytest.raises(cs.ProtocolError, match="not a plausible id"):
+        parent.fork()
+    assert _deleted(service) == [LOST]  # never the path the answer suggested
+
+
+def test_a_recovery_waits_for_a_concurrent_fork_of_the_same_source(
+    parent: cs.Lease, service: Service
+) -> None:
+    """One fork's answer is lost while another is in flight: the recovery waits for the
+    other's answer, so it never mistakes the other's fork for its own."""
+    order: list[str] = []
+    first = threading.Event()
+
+    def answer(request: Any) -> tuple[int, dict[str, str], str]:
+        if not first.is_set():
+            first.set()
+            time.sleep(0.3)  # the slow one: still in flight while the other is recovered
+            order.append("answered sb-slow")
+            body = {"status": "success", "data": sandbox("running", "sb-slow")}
+            return 201, {}, json.dumps(body)
+        order.append("lost")
+        return 502, {}, json.dumps({"status": "error", "message": "bad gateway"})
+
+    service.mock.add_callback("POST", API + FORK_PATH, callback=answer)
+
+    def listed(request: Any) -> tuple[int, dict[str, str], str]:
+        order.append("listed")
+        page = listing(fork_of("sb-slow"), fork_of(LOST))
+        return 200, {}, json.dumps({"status": "success", "data": page})
+
+    service.mock.add_callback("GET", API + "/sandboxes", callback=listed)
+    service.add("DELETE", "/sandboxes/sb-lost", body={"id": LOST, "status": "destroying"})
+    service.watchdog(sandbox_id="sb-slow")
+    results: dict[str, Any] = {}
+
+    def fork(label: str) -> None:
+        try:
+            results[label] = parent.fork()
+        except cs.CreateosError as exc:
+            results[label] = exc
+
+    slow = threading.Thread(target=fork, args=("slow",))
+    slow.start()
+    first.wait(5)
+    fork("lost")
+    slow.join(10)
+
+    assert order == ["lost", "answered sb-slow", "listed"]
+    assert isinstance(results["lost"], cs.CreateosApiError)
+    assert "sb-lost was found and destroyed" in str(results["lost"])
+    assert results["slow"].id == "sb-slow"
+    assert _deleted(service) == [LOST]
+    results["slow"]._finish_close()
+
+
+def test_a_recovery_waits_for_another_process_fork_of_the_same_source(
+    service: Service, mock: responses.RequestsMock
+) -> None:
+    other = subprocess.Popen(["sleep", "30"])
+    journal = Journal()
+    journal.add(
+        Entry(
+            name="other-process",
+            base_url="https://api.test",
+            fork_from=SANDBOX,
+            pid=other.pid,
+            process_start=_process_start(other.pid),
+        )
+    )
+    answered = threading.Timer(0.3, journal.set_sandbox, ("other-process", "sb-theirs"))
+    service.add("POST", FORK_PATH, 502)
+    service.add("GET", "/sandboxes", body=listing(fork_of("sb-theirs"), fork_of("sb-mine")))
+    service.add("DELETE", "/sandboxes/sb-mine", body={"id": "sb-mine", "status": "destroying"})
+    try:
+        with Client("k", "https://api.test", requests_per_minute=10**9) as client:
+            answered.start()
+            with pytest.raises(cs.CreateosApiError, match="sb-mine was found and destroyed"):
+                client.lease(fork_from=SANDBOX).open()
+    finally:
+        answered.cancel()
+        other.kill()
+        other.wait()
+    assert _deleted(service) == ["sb-mine"]
+
+
+def test_a_recovery_never_waits_for_a_fork_of_this_process_not_sent_yet(
+    client: Client, service: Service
+) -> None:
+    """A fork of this process that is journaled but held back while the recovery runs is
+    the gate's to wait for: waiting for its journal entry here would wait for itself."""
+    Journal().add(Entry(name="held-back", base_url="https://api.test", fork_from=SANDBOX))
+    service.add("POST", FORK_PATH, 502)
+    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None), fork_of(LOST)))
+    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+    with pytest.raises(cs.CreateosApiError, match=f"fork {LOST} was found and destroyed"):
+        client.lease(fork_from=SANDBOX).open()
+    assert _deleted(service) == [LOST]

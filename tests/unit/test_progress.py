@@ -1,0 +1,113 @@
+"""``progress=True``: a tqdm bar on a terminal or in a notebook, plain lines elsewhere."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from createos_sync import Client, _progress
+from createos_sync.files import Meter, metered
+
+from .wire import SANDBOX, Service
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class KernelStream(io.StringIO):
+    """What a Jupyter kernel puts in sys.stderr (its class lives in ipykernel)."""
+
+
+KernelStream.__module__ = "ipykernel.iostream"
+
+
+def test_the_display_is_chosen_by_where_stderr_goes() -> None:
+    assert isinstance(_progress.display("x", Terminal()), _progress.Bar)
+    assert isinstance(_progress.display("x", KernelStream()), _progress.Bar)
+    assert isinstance(_progress.display("x", io.StringIO()), _progress.Lines)
+
+
+def test_a_terminal_gets_a_tqdm_bar_that_restarts_with_a_retry() -> None:
+    screen = Terminal()
+    bar = _progress.display("upload data.bin", screen)
+    bar(0, 2048)
+    bar(1024, 2048)
+    bar(0, 2048)  # a retry starts the transfer again
+    bar(2048, 2048)
+    bar.close()
+    frames = [f for f in screen.getvalue().split("\r") if f.strip()]
+    assert frames[0].startswith("upload data.bin:   0%|")
+    assert frames[-1].startswith("upload data.bin: 100%|") and "2.00k/2.00k" in frames[-1]
+    assert screen.getvalue().endswith("\n")
+
+
+def test_elsewhere_a_line_per_quarter_and_no_carriage_return() -> None:
+    log = io.StringIO()
+    lines = _progress.display("download /workspace/big", log)
+    for done in (0, 100, 300, 600, 800, 1000):
+        lines(done, 1000)
+    lines.close()
+    assert log.getvalue() == "".join(
+        f"download /workspace/big: {p}% of 1000 bytes\n" for p in (25, 50, 75, 100)
+    )
+    unknown = io.StringIO()
+    lines = _progress.display("write /workspace/s", unknown)
+    lines(0, None)
+    lines(3 * 1024 * 1024, None)
+    lines.close()
+    assert unknown.getvalue() == "write /workspace/s: 3.0 MB\n"
+    failed = io.StringIO()
+    lines = _progress.display("upload x", failed)
+    lines(0, 1000)
+    lines(600, 1000)
+    lines.close()  # a transfer that stopped midway never claims 100%
+    assert failed.getvalue() == "upload x: 50% of 1000 bytes\n"
+
+
+def test_metered_closes_the_display_and_passes_callbacks_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    with metered(True, "write /workspace/a") as meter:
+        meter.start(10)
+        meter.advance(10)
+        meter.finish()
+    assert log.getvalue() == "write /workspace/a: 100% of 10 bytes\n"
+    with pytest.raises(OSError), metered(True, "write /workspace/b") as meter:
+        meter.start(None)
+        meter.advance(5)
+        raise OSError("the transfer failed")
+    assert log.getvalue().count("\n") == 1  # a failed transfer claims no total
+    seen: list[tuple[int, int | None]] = []
+    with metered(lambda d, t: seen.append((d, t)), "ignored") as meter:
+        meter.start(None)
+    assert seen == [(0, None)]
+    for off in (None, False):
+        with metered(off, "ignored") as meter:
+            assert isinstance(meter, Meter)
+            meter.start(5)
+    assert log.getvalue().count("\n") == 1
+
+
+@pytest.fixture
+def box(client: Client, service: Service) -> Iterator[Any]:
+    service.open_running()
+    lease = client.lease().open()
+    yield lease
+    lease._finish_close()  # the test asserts its own requests
+
+
+def test_write_file_with_progress_true_reports_on_stderr(
+    box: Any, service: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service.add("PUT", f"/sandboxes/{SANDBOX}/files", body={})
+    box.write_file("/workspace/a", b"x" * 4096, progress=True)
+    assert capsys.readouterr().err == "write /workspace/a: 100% of 4096 bytes\n"
+    with pytest.raises(TypeError, match="True"):
+        box.write_file("/workspace/a", b"x", progress="yes")
