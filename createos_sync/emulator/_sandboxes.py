@@ -325,6 +325,8 @@ class SandboxStore:
         self._release_net(sandbox)
         self.isolation.release(sandbox.storage)
         sandbox.storage.remove()
+        with sandbox.lock:  # "destroyed" only a transition delay after the teardown ended
+            sandbox.due = time.monotonic() + self._delay
         return sandbox
 
     def fail(self, sandbox_id: str, status: str) -> Sandbox:
