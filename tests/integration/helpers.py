@@ -54,6 +54,11 @@ def processes_of(
     return found if watchdog else [p for p in found if not is_watchdog(emulator, p)]
 
 
+def user_processes(emulator: Emulator) -> list[Any]:
+    """The live processes of every sandbox, the leases' ttl watchdogs left out."""
+    return [p for p in emulator.live_processes() if not is_watchdog(emulator, p)]
+
+
 def is_watchdog(emulator: Emulator, live: Any) -> bool:
     """Whether a live process is a lease's ttl watchdog (its args name it)."""
     try:

@@ -17,7 +17,7 @@ import createos_sync as cs
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator, Fault
 
-from .helpers import operations, own_emulator, processes_of, wait_until
+from .helpers import operations, own_emulator, processes_of, user_processes, wait_until
 from .subprocesses import emulator_env, finish, read_until, spawn
 
 
@@ -39,9 +39,10 @@ def test_results_come_in_input_order_each_item_in_a_sandbox_of_its_own(
     assert cs.map(fn, range(6), client=client, concurrency=6) == ["0", "1", "4", "9", "16", "25"]
     assert len(set(seen.values())) == 6  # six sandboxes
     ops = collections.Counter(op for op, _ in operations(emulator))
-    # request budget: per item one creation, one destroy, and what fn sent (a run: 3)
+    # request budget: per item one creation, its ttl watchdog, one destroy, and what fn
+    # sent (a run: 3)
     assert ops["sandbox.create"] == ops["sandbox.delete"] == 6
-    assert ops["process.create"] == 6
+    assert ops["process.create"] == 6 + 6
     assert not set(seen.values()) & set(emulator.live_sandboxes())
 
 
@@ -232,7 +233,7 @@ def _interrupt_while_three_run(emu: Emulator) -> Any:
     seen = b""
     while seen.count(b"running") < 3:  # several lines may arrive in one read
         seen += read_until(child, b"\n")
-    wait_until(lambda: len(emu.live_processes()) == 3, "three commands to run")
+    wait_until(lambda: len(user_processes(emu)) == 3, "three commands to run")
     sandboxes = set(emu.live_sandboxes())
     assert len(sandboxes) == 3
     child.send_signal(signal.SIGINT)
