@@ -124,6 +124,32 @@ def test_paused_past_its_ttl_then_resumed_the_sandbox_lives_on(
         assert box.run("echo alive").stdout == "alive\n"
 
 
+def _ttl_files(emulator: Emulator, sandbox_id: str | None) -> set[str]:
+    tmp = emulator.sandbox_path(sandbox_id or "", "/tmp")
+    return {p.name for p in tmp.glob(".createos-sync-ttl-*")}
+
+
+def test_a_fork_runs_a_watchdog_of_its_own_and_the_copied_renewal_file_touches_nothing(
+    emulator: Emulator, client: Client
+) -> None:
+    """A fork copies the disk (its source's renewal file included), never the processes."""
+    with client.lease(ttl=TTL) as source:
+        [source_dog] = processes_of(emulator, source.id, watchdog=True)
+        copied = wait_until(lambda: _ttl_files(emulator, source.id), "a renewal of the source")
+        with source.fork(ttl=TTL) as fork:
+            [fork_dog] = processes_of(emulator, fork.id, watchdog=True)  # one: its own
+            assert fork_dog.process_id != source_dog.process_id
+            assert copied <= _ttl_files(emulator, fork.id)  # the copy is there...
+            for name in copied:  # ...and neither disarms nor stops the fork's watchdog
+                fork.write_file(f"/tmp/{name}", "stop\n")
+            time.sleep(TTL + 3)  # nor fires it: the copied file is never renewed in the fork
+            assert fork.id in emulator.live_sandboxes()
+            alive = [p.process_id for p in processes_of(emulator, fork.id, watchdog=True)]
+            assert alive == [fork_dog.process_id]
+            own = wait_until(lambda: _ttl_files(emulator, fork.id) - copied, "the fork's renewal")
+            assert len(own) == 1 and fork.run("echo alive").stdout == "alive\n"
+
+
 def test_the_watchdog_is_not_a_process_of_the_users(emulator: Emulator, client: Client) -> None:
     with client.lease(ttl=TTL) as box:
         result = box.run("echo only this")
