@@ -108,7 +108,7 @@ def map(
 
     Request budget: per item, what ``cs.lease`` costs to open and close plus
     what ``fn`` sends; with ``setup``, once what the setup lease costs plus a
-    pause.
+    pause (and 1 for holding its ttl watchdog).
 
     Raises:
         ValueError, TypeError: invalid arguments (before anything starts).

@@ -38,7 +38,9 @@ sandbox has a network namespace of its own, with its guest agent at
 the host (two sandboxes cannot listen on the same one at once), and each
 sandbox's guest agent listens on a loopback port named to its processes in
 ``CREATEOS_AGENT_URL``. The agent (``POST /self/delete``, ``/self/pause``)
-acts on its own sandbox only (``_agent``, ``_netns``). Egress rules are
+acts on its own sandbox only (``_agent``, ``_netns``). Every launch
+(processes, terminals, template build steps, whose network has no agent)
+starts inside the network. Egress rules are
 stored and returned (``GET``/``PUT .../egress``) but NOT enforced.
 Preview URLs (``ingress_url_template``,
 ``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/``) go through a
