@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import requests
@@ -18,7 +20,8 @@ from createos_sync._deadline import Deadline
 from createos_sync._watchdog import HOLD, SCRIPT, STOP, Watchdog
 from createos_sync.process import launch
 
-from .wire import SANDBOX, WATCHDOG, Service, process
+from ..waiting import wait_until
+from .wire import API, SANDBOX, WATCHDOG, Service, process
 
 TTL = 20.0
 PERIOD = TTL / 3
@@ -385,3 +388,26 @@ def test_a_failed_watchdog_start_destroys_the_sandbox_it_was_for(
     with pytest.raises(cs.CreateosApiError, match="ttl watchdog"):
         client.lease().open()
     assert len(service.calls("DELETE")) == 1
+
+
+def test_close_winning_over_an_attach_stops_the_watchdog_it_had_started(
+    client: Client, service: Service
+) -> None:
+    """The attached sandbox is not the lease's to destroy: its watchdog must not delete it."""
+    lease = client.lease(sandbox_id=SANDBOX, ttl=60)
+    closer = threading.Thread(target=lease.close)
+
+    def created(request: Any) -> tuple[int, dict[str, str], str]:
+        closer.start()  # close() begins while the watchdog's creation is answered
+        wait_until(lambda: lease._state == "closing", "close() to begin")
+        return 201, {}, json.dumps({"status": "success", "data": process(process_id=WATCHDOG)})
+
+    service.get_sandbox("running")
+    service.mock.add_callback("POST", f"{API}/sandboxes/{SANDBOX}/processes", callback=created)
+    service.stop_watchdog()
+    with pytest.raises(cs.LeaseClosed):
+        lease.open()
+    closer.join(10)
+    assert [c.request.method for c in service.mock.calls] == ["GET", "POST", "DELETE"]
+    assert f"/processes/{WATCHDOG}?" in service.mock.calls[-1].request.url  # not the sandbox
+    assert lease.closed and lease._watchdog.state == "stopped"
