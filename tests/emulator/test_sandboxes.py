@@ -164,6 +164,20 @@ def test_fork_copies_files_into_a_new_sandbox(api: Api) -> None:
     assert api.emu.sandbox_path(forked["id"], "/workspace/kept").read_bytes() == b"kept"
 
 
+def test_a_fork_answers_forking_however_long_its_copy_takes(api: Api) -> None:
+    """The answer is the record as the fork began, not as it is once the copy is made."""
+    source = api.sandbox()
+    many = api.emu.sandbox_path(source, "/workspace/many")
+    many.mkdir()
+    for n in range(300):  # copying them takes longer than the transition delay (50 ms)
+        (many / str(n)).write_bytes(b"x")
+    started = time.monotonic()
+    forked = api.data("POST", f"/v1/sandboxes/{source}/fork", json={})
+    assert time.monotonic() - started > 0.05
+    assert forked["status"] == "forking"
+    api.wait_status(forked["id"], "running")
+
+
 def test_egress_rules_are_stored(api: Api) -> None:
     sandbox_id = api.sandbox(egress=["pypi.org", "10.0.0.0/8"])
     path = f"/v1/sandboxes/{sandbox_id}/egress"
