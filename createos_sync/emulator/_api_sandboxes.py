@@ -104,7 +104,7 @@ class SandboxApi:
 
     def delete(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.destroy(sandbox_id)
-        return success({"id": sandbox.id, "status": sandbox.settle()})
+        return success({"id": sandbox.id, "status": sandbox.began})
 
     def pause(self, request: Request, sandbox_id: str) -> Response:
         return success(self._store.pause(sandbox_id).answer(), 202)

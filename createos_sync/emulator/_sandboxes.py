@@ -104,8 +104,9 @@ class Sandbox:
 
         The service answers as the transition starts, so the status is the one it
         began with, however long the emulator took to answer (a fork runs ``cp``
-        first, a loaded machine stalls): settling it here would let that time use
-        up ``transition_delay``. Later reads settle it as usual.
+        first, a destroy removes the storage, a loaded machine stalls): settling it
+        here would let that time use up ``transition_delay``. Later reads settle it
+        as usual; a destroy answers with ``began`` alone.
         """
         record = self.to_json()
         if record["status"] != self.began:
