@@ -34,8 +34,8 @@ import json
 import logging
 import os
 import re
+import secrets
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -288,7 +288,7 @@ class Journal:
 
     def _write(self, entries: list[Entry], kept: list[Any]) -> None:
         document = {"version": 1, "leases": [*(attrs.asdict(e) for e in entries), *kept]}
-        fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".leases.", suffix=".tmp")
+        fd, temporary = _new_private_file(self.directory)
         try:
             with os.fdopen(fd, "w") as handle:
                 json.dump(document, handle, indent=1)
@@ -394,3 +394,21 @@ def _entry(item: Any) -> Entry:
         host=_text(item.get("host"), "host"),
         created_at=float(created),
     )
+
+
+def _new_private_file(directory: Path) -> tuple[int, str]:
+    """A new file only we can read, beside the journal, open for writing (as ``mkstemp``).
+
+    Not ``tempfile``: its first use in a process takes a module lock outside the
+    ``try`` that releases it, so a Ctrl-C landing there (a journal write lets
+    interrupts act: see ``Record.add``) leaves the lock held, and the next write,
+    the failed ``open()`` forgetting its entry, waited on it for ever, holding the
+    journal's record lock, which then blocked every other process's leases too.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        path = str(directory / f".leases.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue

@@ -244,12 +244,19 @@ class _FanOut:
     def _collect(
         self, pending: dict[cf.Future[Any], int], progress: Progress, timeout: float | None
     ) -> None:
-        done, _ = cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
-        for future in sorted(done, key=pending.__getitem__):
+        # A future cancelled by stopping is finished for us at once: cf.wait reports it
+        # only when its executor calls set_running_or_notify_cancel (CPython #92001), and
+        # Dask's executor never does when the task's outcome arrives after the cancel (it
+        # tries to set the outcome on the cancelled future and gives up), so waiting on
+        # it would never end.
+        cancelled = {future for future in pending if future.cancelled()}
+        wait = 0 if cancelled else timeout
+        done, _ = cf.wait(pending, timeout=wait, return_when=cf.FIRST_COMPLETED)
+        for future in sorted(done | cancelled, key=pending.__getitem__):
             index = pending.pop(future)
             progress.running -= 1
             if future.cancelled():
-                continue  # never started: stopping
+                continue  # stopping: never started (or, elsewhere, closes its lease itself)
             error = future.exception()
             if isinstance(error, Stopped):
                 continue  # never started either
@@ -291,8 +298,8 @@ class _FanOut:
         try:
             self._stopped_at = -1
             self._stop(pending)
-            if self._local is not None:
-                cf.wait(pending)  # their leases are closed: fn returns soon
+            if self._local is not None:  # their leases are closed: fn returns soon
+                cf.wait([future for future in pending if not future.cancelled()])
                 for future in pending:
                     error = None if future.cancelled() else future.exception()
                     if error is not None:

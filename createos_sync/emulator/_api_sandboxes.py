@@ -76,7 +76,7 @@ class SandboxApi:
             lowers=template.lowers if template is not None else (),
         )
         seed = template.root if template is not None else None
-        return success(self._store.create(spec, seed).to_json(), 201)
+        return success(self._store.create(spec, seed).answer(), 201)
 
     def list(self, request: Request) -> Response:
         limit = query_int(request, "limit", 1, 500, 100)
@@ -104,13 +104,13 @@ class SandboxApi:
 
     def delete(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.destroy(sandbox_id)
-        return success({"id": sandbox.id, "status": sandbox.settle()})
+        return success({"id": sandbox.id, "status": sandbox.began})
 
     def pause(self, request: Request, sandbox_id: str) -> Response:
-        return success(self._store.pause(sandbox_id).to_json(), 202)
+        return success(self._store.pause(sandbox_id).answer(), 202)
 
     def resume(self, request: Request, sandbox_id: str) -> Response:
-        return success(self._store.resume(sandbox_id).to_json(), 202)
+        return success(self._store.resume(sandbox_id).answer(), 202)
 
     def fork(self, request: Request, sandbox_id: str) -> Response:
         body = json_body(request, optional=True)
@@ -120,7 +120,7 @@ class SandboxApi:
             envs=text_map(body, "envs"),
             ingress_enabled=_flag(body, "ingress_enabled"),
         )
-        return success(self._store.fork(sandbox_id, changes).to_json(), 201)
+        return success(self._store.fork(sandbox_id, changes).answer(), 201)
 
     def patch(self, request: Request, sandbox_id: str) -> Response:
         """Change ingress and auto-pause of a live sandbox; answers the sandbox."""

@@ -92,6 +92,7 @@ class Sandbox:
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     net: Network | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
+    began: str = ""  # the status the last transition's request answers with
 
     def settle(self) -> str:
         """Finish a transition whose delay has passed; the current status."""
@@ -104,6 +105,21 @@ class Sandbox:
 
     def begin(self, status: str, target: str, delay: float) -> None:
         self.status, self.target, self.due = status, target, time.monotonic() + delay
+        self.began = status if delay > 0 else target
+
+    def answer(self) -> dict[str, Any]:
+        """The record as the request that began its transition answers it.
+
+        The service answers as the transition starts, so the status is the one it
+        began with, however long the emulator took to answer (a fork runs ``cp``
+        first, a destroy removes the storage, a loaded machine stalls): settling it
+        here would let that time use up ``transition_delay``. Later reads settle it
+        as usual; a destroy answers with ``began`` alone.
+        """
+        record = self.to_json()
+        if record["status"] != self.began:
+            record.update(status=self.began, paused_at=None)
+        return record
 
     def to_json(self) -> dict[str, Any]:
         status = self.settle()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from createos_sync.emulator import Emulator
 from createos_sync.emulator._catalog import SHAPES
 from createos_sync.emulator._isolation import NoIsolation
 from createos_sync.emulator._sandboxes import SandboxSpec, SandboxStore
@@ -162,6 +164,26 @@ def test_fork_copies_files_into_a_new_sandbox(api: Api) -> None:
     assert copied.content == b"kept"
     assert api.call("PUT", files, params={"path": "/workspace/kept"}, data=b"changed").ok
     assert api.emu.sandbox_path(forked["id"], "/workspace/kept").read_bytes() == b"kept"
+
+
+def test_an_answer_has_the_status_its_transition_began_with(
+    make_emu: Callable[..., Emulator],
+) -> None:
+    """Not the status once the request's own work is done (a fork's copy, a destroy's
+    removal, a stall): with a transition of 1 ms, that work alone would settle it."""
+    api = Api(make_emu(transition_delay=0.001))
+    created = api.data("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb"})
+    assert created["status"] == "creating"
+    source = created["id"]
+    api.wait_status(source, "running")
+    forked = api.data("POST", f"/v1/sandboxes/{source}/fork", json={})
+    assert forked["status"] == "forking"
+    assert api.data("POST", f"/v1/sandboxes/{source}/pause")["status"] == "pausing"
+    api.wait_status(source, "paused")
+    assert api.data("POST", f"/v1/sandboxes/{source}/resume")["status"] == "resuming"
+    api.wait_status(forked["id"], "running")
+    for sandbox_id in (source, forked["id"]):
+        assert api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")["status"] == "destroying"
 
 
 def test_egress_rules_are_stored(api: Api) -> None:

@@ -6,6 +6,7 @@ import fcntl
 import os
 import pty
 import selectors
+import signal
 import struct
 import subprocess
 import sys
@@ -31,6 +32,7 @@ def emulator_env(emulator: Emulator, **extra: str) -> dict[str, str]:
         CREATEOS_API_KEY=emulator.api_key,
         CREATEOS_SYNC_STATE_DIR=os.environ["CREATEOS_SYNC_STATE_DIR"],
         PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",  # a hung child shows where it waits (see finish)
     )
     env.update(extra)
     return env
@@ -52,9 +54,16 @@ def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=DEADLINE)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"{proc.args!r} did not finish: {err.decode()[-2000:]}") from None
+        proc.send_signal(signal.SIGABRT)  # with PYTHONFAULTHANDLER: every thread's stack
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise AssertionError(
+            f"{proc.args!r} did not finish; stdout: {out.decode()[-1000:]!r}; "
+            f"stderr: {err.decode()[-4000:]}"
+        ) from None
     return proc.returncode, out.decode(), err.decode()
 
 

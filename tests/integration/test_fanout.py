@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures as cf
+import contextlib
 import signal
 import sys
 import threading
@@ -154,6 +156,68 @@ def test_a_user_thread_pool_runs_the_items_in_this_process(client: Client) -> No
         )
     assert [n for n, _ in names] == [0, 1, 2, 3]
     assert all(name.startswith("ThreadPoolExecutor") for _, name in names)
+
+
+class _LikeDask(cf.Executor):
+    """Runs each task in a thread of its own, its future as Dask's executor keeps it.
+
+    Such a future is never marked running, so ``cancel()`` succeeds even while
+    its task runs, which then runs on; and once cancelled it is never reported
+    done to ``cf.wait`` (the task's outcome cannot be set on it any more).
+    """
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        future: cf.Future[Any] = cf.Future()
+
+        def work() -> None:
+            with contextlib.suppress(cf.InvalidStateError):  # cancelled meanwhile
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+        self.threads.append(threading.Thread(target=work, daemon=True))
+        self.threads[-1].start()
+        return future
+
+
+def test_a_failure_never_waits_on_a_cancelled_remote_item(
+    emulator: Emulator, client: Client
+) -> None:
+    """The first failure cancels a remote item that runs: cs.map raises, the item closes itself."""
+    executor = _LikeDask()
+    running, release = threading.Event(), threading.Event()
+    raised: list[BaseException] = []
+
+    def fn(box: Lease, n: int) -> int:
+        if n == 0:
+            running.set()
+            release.wait(60)
+            return n
+        assert running.wait(60)
+        raise LookupError(f"item {n} fails")
+
+    def call() -> None:
+        try:
+            cs.map(fn, [0, 1], client=client, executor=executor)
+        except LookupError as exc:
+            raised.append(exc)
+
+    coordinator = threading.Thread(target=call, daemon=True)
+    coordinator.start()
+    try:
+        coordinator.join(30)
+        assert not coordinator.is_alive(), "cs.map waits on a cancelled future for ever"
+        assert [str(exc) for exc in raised] == ["item 1 fails"]
+        assert len(emulator.live_sandboxes()) == 1  # item 0 runs on, its lease open
+    finally:
+        release.set()
+    for thread in executor.threads:
+        thread.join(30)
+    assert emulator.live_sandboxes() == []  # item 0 closed its lease itself when fn returned
 
 
 def test_a_progress_line_when_output_is_not_a_terminal(

@@ -21,6 +21,8 @@ from createos_sync import Client, Lease
 from createos_sync._journal import Journal
 from createos_sync.emulator import Emulator
 
+from .helpers import wait_until
+
 distributed = pytest.importorskip("distributed")
 
 
@@ -55,7 +57,9 @@ def test_items_run_on_the_cluster_workers_and_every_lease_closes(
     assert journal.path.exists() and journal.entries() == []  # the workers journaled, cleanly
 
 
-def test_remote_failures_come_back_whole(client: Client, dask_executor: Executor) -> None:
+def test_remote_failures_come_back_whole(
+    emulator: Emulator, client: Client, dask_executor: Executor
+) -> None:
     def fn(box: Lease, n: int) -> int:
         return box.run(f"exit {n}", check=True).exit_code or 0
 
@@ -63,6 +67,11 @@ def test_remote_failures_come_back_whole(client: Client, dask_executor: Executor
     assert results[0] == 0
     assert [type(r) for r in results[1:]] == [cs.CommandFailed, cs.CommandFailed]
     assert [r.result.exit_code for r in results[1:]] == [1, 2]  # type: ignore[union-attr]
+    assert emulator.live_sandboxes() == []  # nothing was cancelled: every item came back
     with pytest.raises(cs.CommandFailed) as raised:
         cs.map(fn, [0, 5], client=client, executor=dask_executor)
     assert raised.value.result.exit_code == 5
+    # Item 0 may still run when item 1's failure cancels it (a Dask cancel cannot stop a
+    # running task, nor tell it from a queued one): cs.map has raised, and the worker
+    # closes that lease itself when fn returns.
+    wait_until(lambda: not emulator.live_sandboxes(), "the workers to close every lease")

@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -72,11 +73,27 @@ def test_two_pacers_on_one_record_share_its_budget(path: Path) -> None:
 def _send(
     directory: str, limit: int, window: float, count: int, out: multiprocessing.Queue[list[float]]
 ) -> None:
-    pacer = MachinePacer(limit, BudgetRecord(record_path(Path(directory), URL, window), window))
+    """Take ``count`` sends; each is timed by the clock reading the pacer admitted it at.
+
+    That reading is taken under the record's lock, so it orders the sends as the
+    record did. A reading after ``acquire`` returns would not: a process set aside
+    by the scheduler for a few ms between the two (common on a loaded machine) moves
+    its send later than its admission, into a window it was not counted in. (On
+    the wire, such delays are what the pacer's 61 s window against the service's
+    60 s absorbs; this test's window has no such margin.)
+    """
+    readings: list[float] = []
+
+    def clock() -> float:
+        readings.append(time.monotonic())
+        return readings[-1]
+
+    record = BudgetRecord(record_path(Path(directory), URL, window), window)
+    pacer = MachinePacer(limit, record, clock=clock)
     sent = []
     for _ in range(count):
         pacer.acquire()
-        sent.append(time.monotonic())
+        sent.append(readings[-1])
     out.put(sent)
 
 
@@ -97,6 +114,31 @@ def test_processes_sharing_the_budget_never_exceed_it(tmp_path: Path) -> None:
     assert _max_in_any_window(sent, window) <= limit
     # and the budget was used, not merely respected: 24 sends at 8 a second take 2-3 windows
     assert max(sent) - min(sent) < 5 * window
+
+
+def _exit_1_if_locked(path: str) -> None:
+    try:
+        with _LockedFile(Path(path), patience=0.0):
+            pass
+    except RecordBusy:
+        sys.exit(1)
+
+
+def test_the_clock_is_read_under_the_record_lock(path: Path) -> None:
+    """A send's time is read while no other process can count one (else both may count stale)."""
+    record = BudgetRecord(path, 60.0)
+    assert record.take(10, time.monotonic) == 0.0  # the file exists
+    probes: list[int | None] = []
+
+    def clock() -> float:
+        probe = FORK.Process(target=_exit_1_if_locked, args=(str(path),))
+        probe.start()
+        probe.join(30)
+        probes.append(probe.exitcode)
+        return time.monotonic()
+
+    assert record.take(10, clock) == 0.0
+    assert probes == [1]
 
 
 def _hold(path: str, held: threading.Event) -> None:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -180,6 +181,34 @@ def test_a_failed_rewrite_leaves_the_old_file_and_no_temporary(journal: Journal)
     with pytest.raises(TypeError):
         journal.add(Entry(name="b", base_url=object()))  # type: ignore[arg-type]
     assert journal.path.read_bytes() == before
+    assert sorted(p.name for p in journal.directory.iterdir()) == [
+        "leases.json",
+        "leases.json.lock",
+    ]
+
+
+def test_a_write_never_waits_on_the_lock_an_interrupt_can_leave_in_tempfile(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tempfile`` takes a lock at its first use outside the ``try`` that releases it:
+    Ctrl-C there leaves it held, and a failed ``open()`` then writes the journal again."""
+    monkeypatch.setattr(tempfile, "_name_sequence", None)  # a process yet to use tempfile
+    held = tempfile._once_lock  # type: ignore[attr-defined]
+    held.acquire()  # as the interrupted first use leaves it
+
+    def add_and_remove() -> None:
+        journal.add(Entry(name="a", base_url=URL))
+        journal.remove("a")
+
+    writer = threading.Thread(target=add_and_remove, daemon=True)
+    try:
+        writer.start()
+        writer.join(10)
+        assert not writer.is_alive(), "the journal write waits on tempfile's lock"
+    finally:
+        held.release()
+        writer.join(10)
+    assert journal.entries() == []
     assert sorted(p.name for p in journal.directory.iterdir()) == [
         "leases.json",
         "leases.json.lock",
