@@ -30,6 +30,7 @@ lives, which would block every other writer until the child exits.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -53,6 +54,9 @@ STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 JOURNAL_ENV = "CREATEOS_SYNC_JOURNAL"
 FILE_NAME = "leases.json"
 SET_ASIDE_PREFIX = FILE_NAME + ".unreadable-"
+# A live holder of the journal's lock for this long is stuck (stopped, deadlocked): give up.
+LOCK_PATIENCE = 10.0
+LOCK_POLL = 0.02
 _OFF = frozenset({"off", "0", "false", "no"})
 _ON = frozenset({"", "on", "1", "true", "yes"})
 # A lease name cut off mid-entry in a damaged file: enough to look the sandbox up.
@@ -218,7 +222,7 @@ class Journal:
         self.directory.mkdir(parents=True, exist_ok=True)
         with _threads, open(self.directory / (FILE_NAME + ".lock"), "a") as lock:
             if fcntl is not None:
-                fcntl.lockf(lock, fcntl.LOCK_EX)
+                _wait_for_lock(lock.fileno())
             yield
 
     def _read(self) -> _Document:
@@ -394,6 +398,31 @@ def _entry(item: Any) -> Entry:
         host=_text(item.get("host"), "host"),
         created_at=float(created),
     )
+
+
+def _wait_for_lock(fd: int) -> None:
+    """Take the record lock, waiting at most ``LOCK_PATIENCE`` seconds.
+
+    A holder that died released it (the kernel drops record locks); one that
+    is alive but stopped (SIGSTOP, a debugger) must not block every other
+    process's ``open()`` and ``close()`` for ever: past the patience this is an
+    ``OSError``, which ``add`` turns into a refusal to create and the other
+    updates into a warning (the entry stays for ``reap``).
+    """
+    ends = time.monotonic() + LOCK_PATIENCE
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+        if time.monotonic() >= ends:
+            raise BlockingIOError(
+                errno.EAGAIN,
+                f"its lock was held by another process for more than {LOCK_PATIENCE:g} s",
+            )
+        time.sleep(LOCK_POLL)
 
 
 def _new_private_file(directory: Path) -> tuple[int, str]:

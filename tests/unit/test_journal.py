@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from typing import Any
 import attrs
 import pytest
 
+from createos_sync import _journal
 from createos_sync._journal import Entry, Journal, enabled, state_dir
 from createos_sync.errors import ConfigError
 
@@ -346,3 +348,35 @@ def test_owner_alive() -> None:
     # a live pid that started at another time is a reused pid: the owner is gone
     assert Entry(name="a", base_url=URL, process_start="0").owner_alive() is False
     assert Entry(name="a", base_url=URL, host="elsewhere.example").owner_alive() is None
+
+
+def test_a_live_but_stuck_lock_holder_delays_for_the_patience_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stopped while it holds the journal's lock (SIGSTOP, a debugger) must not
+    block every other lease for ever: creating refuses, forgetting only warns."""
+    monkeypatch.setattr(_journal, "LOCK_PATIENCE", 0.3)
+    journal = Journal(tmp_path)
+    journal.add(Entry(name="kept", base_url="https://api.test"))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"f = open({str(journal.directory / 'leases.json.lock')!r}, 'a')\n"
+            "fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        os.kill(holder.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=r"held by another process for more than 0\.3 s"):
+            journal.add(Entry(name="new", base_url="https://api.test"))
+        journal.remove("kept")  # a warning, not a hang: the entry stays for reap
+        assert time.monotonic() - started < 5
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [e.name for e in journal.entries()] == ["kept"]
