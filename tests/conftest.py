@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from .reliability.ledger import LEDGER
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,3 +33,26 @@ def _isolated_environment(
             monkeypatch.delenv(name)
     monkeypatch.setenv("CREATEOS_SYNC_STATE_DIR", str(tmp_path_factory.mktemp("state")))
     yield
+
+
+# --- the reliability ledger, summed over pytest-xdist workers -------------------------------
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the counts to the controller
+        workeroutput["reliability_ledger"] = LEDGER.counts()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    counts = getattr(node, "workeroutput", {}).get("reliability_ledger")
+    if counts:
+        LEDGER.add(**counts)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if LEDGER.scenarios or LEDGER.runs or LEDGER.texts_scanned:
+        terminalreporter.section("reliability ledger")
+        for line in LEDGER.lines():
+            terminalreporter.write_line(line)

@@ -1,8 +1,8 @@
 """Shared pieces of the reliability suite: instant sleeps, leak and secret checks, the ledger.
 
 The ledger counts what the suite proved (fault scenarios, runs, bytes compared
-by checksum, leaks and losses found) and prints it at the end of the run, so
-that RELIABILITY.md publishes figures from an actual run. Tests marked
+by checksum, leaks and losses found; ``ledger.py``) and the suite prints it at
+the end of the run, so that RELIABILITY.md publishes figures from an actual run. Tests marked
 ``soak`` are deselected unless ``-m`` names them (or ``CREATEOS_SOAK=1``).
 """
 
@@ -15,7 +15,6 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import attrs
 import pytest
@@ -24,6 +23,7 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator
 
 from ..integration.helpers import FAST
+from .ledger import LEDGER, Ledger
 
 # Distinctive, so that a leak of it anywhere is found by a plain substring search.
 KEY = f"sk-reliability-{secrets.token_hex(12)}"
@@ -67,57 +67,9 @@ def with_cleanup_timeout(client: cs.Client, seconds: float) -> cs.Client:
     return client
 
 
-@attrs.define
-class Ledger:
-    """What the suite checked, for RELIABILITY.md."""
-
-    scenarios: int = 0
-    runs: int = 0
-    leases: int = 0
-    bytes_checked: int = 0
-    leaks: int = 0
-    lost: int = 0
-    texts_scanned: int = 0
-    secrets_found: int = 0
-    examples: int = 0
-    throttled_answers: int = 0
-    surfaced_429: int = 0
-    lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
-
-    def add(self, **counts: int) -> None:
-        with self.lock:
-            for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
-
-    def lines(self) -> list[str]:
-        return [
-            f"fault scenarios run: {self.scenarios}",
-            f"leases opened: {self.leases}",
-            f"commands run: {self.runs}",
-            f"output and file bytes compared by checksum: {self.bytes_checked}",
-            f"property-based examples on real processes: {self.examples}",
-            f"messages, reprs, notes and log records scanned for secrets: {self.texts_scanned}",
-            f"429 answers from the emulator under load: {self.throttled_answers}",
-            f"429 surfaced to callers: {self.surfaced_429}",
-            f"leaks found: {self.leaks}",
-            f"outputs lost or duplicated: {self.lost}",
-            f"secrets found: {self.secrets_found}",
-        ]
-
-
-LEDGER = Ledger()
-
-
 @pytest.fixture(scope="session")
 def ledger() -> Ledger:
     return LEDGER
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if LEDGER.scenarios or LEDGER.runs or LEDGER.texts_scanned:
-        terminalreporter.section("reliability ledger")
-        for line in LEDGER.lines():
-            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
