@@ -25,7 +25,7 @@ def test_each_setup_block_makes_a_virtual_environment_of_its_own() -> None:
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     test_command = setup_commands()[1]
-    assert test_command.endswith("python -m pytest -q")
+    assert test_command.endswith("python -m pytest -q -n 2")
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci  # the same line, verbatim
     assert ci[-1] == test_command  # and nothing runs after it
