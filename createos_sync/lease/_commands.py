@@ -1,6 +1,7 @@
 """The lease's commands: ``run`` to completion, ``start`` in the background, reattach.
 
-The engine is ``createos_sync.process``; these methods validate arguments
+The engines are ``createos_sync._execution`` (run to the end) and ``createos_sync.process``
+(background processes); these methods validate arguments
 (before any request) and hand over.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from .. import files, process
+from .. import _execution, files, process
 from .._command import Command
 from .._options import check_seconds
 from .._output import Capture, fan_out
@@ -29,7 +30,7 @@ class CommandMethods(LeaseCore):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: process.StdinData | None = None,
+        stdin: _execution.StdinData | None = None,
         timeout: float | None = None,
         check: bool = False,
         on_output: Callable[[str, str], None] | None = None,
@@ -92,12 +93,12 @@ class CommandMethods(LeaseCore):
                 ends as timed out instead.
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
-        process.validate_stdin(stdin)
+        _execution.validate_stdin(stdin)
         _check_output_options(max_output, on_output)
         size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
-        result = process.run(
+        result = _execution.run(
             box,
             command,
             stdin=stdin,
@@ -115,7 +116,7 @@ class CommandMethods(LeaseCore):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: process.StdinData | None = None,
+        stdin: _execution.StdinData | None = None,
         on_output: Callable[[str, str], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
@@ -152,7 +153,7 @@ class CommandMethods(LeaseCore):
             LeaseClosed: the lease is not open.
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
-        process.validate_stdin(stdin)
+        _execution.validate_stdin(stdin)
         _check_output_options(max_output, on_output)
         size, command = _terminal_options(pty, stdin, command)
         return process.start(

@@ -17,8 +17,8 @@ from createos_sync._background import Job
 from createos_sync._box import Box
 from createos_sync._command import Command, Gate
 from createos_sync._deadline import Deadline
+from createos_sync._execution import launch
 from createos_sync._watchdog import HOLD, SCRIPT, STOP, Watchdog
-from createos_sync.process import launch
 
 from ..waiting import wait_until
 from .wire import API, SANDBOX, WATCHDOG, Service, process
