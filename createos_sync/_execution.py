@@ -32,6 +32,7 @@ from .errors import (
     ProtocolError,
     add_note,
     may_have_taken_effect,
+    restated,
 )
 from .result import RunResult, describe_args
 
@@ -121,18 +122,11 @@ def _poison(box: Box, exc: BaseException) -> NoReturn:
         "the process may have been created; the lease is poisoned and will destroy "
         f"sandbox {box.sandbox_id} when it closes"
     )
-    if isinstance(exc, CreateosApiError):
-        raise CreateosApiError(
-            exc.operation,
-            exc.status,
-            request_id=exc.request_id,
-            outcome_unknown=True,
-            detail=poisoned,
-        ) from None
-    if isinstance(exc, ProtocolError):  # an answer without a usable process id
-        raise ProtocolError(f"{exc}; {poisoned}") from None
-    add_note(exc, poisoned)
-    raise exc
+    said = restated(exc, poisoned, outcome_unknown=True)  # also an answer without a usable id
+    if said is exc:
+        add_note(exc, poisoned)
+        raise exc
+    raise said from None
 
 
 class Execution:

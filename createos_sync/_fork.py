@@ -58,14 +58,13 @@ from ._http import Transport
 from ._journal import Entry, Journal
 from ._server_text import checked_id
 from .errors import (
-    CreateosApiError,
     CreateosCleanupError,
     CreateosError,
     Operation,
     OperationTimeout,
-    ProtocolError,
     SandboxUnavailable,
     may_have_taken_effect,
+    restated,
 )
 from .models import SANDBOX_TRANSITIONAL, SandboxInfo
 
@@ -247,13 +246,7 @@ class LostFork:
         else:
             found = "no fork of it made since the request exists"
         gone = f"the outcome of forking {self.source_id} was unknown; {found}"
-        if isinstance(exc, CreateosApiError):
-            return CreateosApiError(
-                exc.operation, exc.status, request_id=exc.request_id, detail=gone
-            )
-        if isinstance(exc, ProtocolError):
-            return ProtocolError(f"{exc}; {gone}")
-        return exc
+        return restated(exc, gone)
 
     def interrupted(self) -> CreateosCleanupError:
         return _unknown(

@@ -28,6 +28,7 @@ from .errors import (
     SandboxUnavailable,
     attach_cleanup_failure,
     may_have_taken_effect,
+    restated,
 )
 from .models import SANDBOX_TRANSITIONAL, SANDBOX_UNAVAILABLE, SandboxInfo
 
@@ -150,13 +151,7 @@ class ByName:
             f"the creation's outcome was unknown; no sandbox named {self.name} exists now "
             "(any that was created has been destroyed)"
         )
-        if isinstance(exc, CreateosApiError):
-            return CreateosApiError(
-                exc.operation, exc.status, request_id=exc.request_id, detail=gone
-            )
-        if isinstance(exc, ProtocolError):
-            return ProtocolError(f"{exc}; {gone}")
-        return exc
+        return restated(exc, gone)
 
     def interrupted(self) -> CreateosCleanupError:
         return CreateosCleanupError(

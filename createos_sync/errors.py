@@ -293,6 +293,26 @@ class CommandTimeout(CommandFailed, TimeoutError):
         super().__init__(result, f"{message}\n{tail}" if tail else message)
 
 
+def restated(exc: BaseException, detail: str, *, outcome_unknown: bool = False) -> BaseException:
+    """``exc`` said again with what is now known about its outcome.
+
+    An API error keeps its status, operation and request id with ``detail``
+    as its explanation; a protocol error gets ``detail`` appended; any other
+    exception is returned as it is (the caller may note ``detail`` on it).
+    """
+    if isinstance(exc, CreateosApiError):
+        return CreateosApiError(
+            exc.operation,
+            exc.status,
+            request_id=exc.request_id,
+            outcome_unknown=outcome_unknown,
+            detail=detail,
+        )
+    if isinstance(exc, ProtocolError):
+        return ProtocolError(f"{exc}; {detail}")
+    return exc
+
+
 def may_have_taken_effect(exc: BaseException) -> bool:
     """Whether a failed request might still have done its work on the service.
 
