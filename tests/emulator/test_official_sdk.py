@@ -16,7 +16,11 @@ import requests
 from createos import (
     CreateSandboxRequest,
     ExecOptions,
+    ManagedProcessConnectOptions,
     ManagedProcessCreateRequest,
+    ManagedProcessWaitOptions,
+    ManagedProcessWaitScope,
+    PTYSize,
     RunCommandRequest,
     SandboxInstance,
     SandboxStatus,
@@ -158,3 +162,47 @@ def test_pause_and_resume(box: SandboxInstance) -> None:
     box.resume()
     box.wait_until_running(WAIT)
     assert box.shell("echo back").result.standard_output == "back\n"
+
+
+def test_managed_process_connect_input_wait_and_delete(box: SandboxInstance) -> None:
+    """The managed-process flow of the production integration: create, connect, input,
+    close stdin, long-poll ``/wait`` (408 while it runs), and delete."""
+    created = box.processes.create(
+        ManagedProcessCreateRequest(command="bash", arguments=["-c", "read line; echo got $line"])
+    )
+    with pytest.raises(createos.APIError) as early:
+        box.processes.wait(
+            created.process_id,
+            ManagedProcessWaitOptions(scope=ManagedProcessWaitScope.TREE, wait_timeout=0.1),
+        )
+    assert early.value.status_code == 408  # not yet: the caller decides to poll again
+    assert box.processes.input(created.process_id, "hello\n") >= 1
+    box.processes.close_standard_input(created.process_id)
+    done = box.processes.wait(
+        created.process_id,
+        ManagedProcessWaitOptions(scope=ManagedProcessWaitScope.TREE, wait_timeout=10.0),
+    )
+    assert (done.exit_code, done.tree_exited) == (0, True)
+    with box.processes.connect(created.process_id, ManagedProcessConnectOptions()) as stream:
+        events = list(stream)
+    output = b"".join(e.data for e in events if e.type.value == "data")
+    assert output == b"got hello\n"
+    assert events[-1].type.value == "exit" and events[-1].exit_code == 0
+    assert [p.process_id for p in box.processes.list()] == [created.process_id]
+    gone = box.processes.delete(created.process_id)
+    assert gone.tree_exited
+
+
+def test_terminal_process_and_resize(box: SandboxInstance) -> None:
+    created = box.processes.create(
+        ManagedProcessCreateRequest(
+            command="bash", arguments=["-c", "read _; stty size"], pty=PTYSize(rows=30, cols=100)
+        )
+    )
+    assert created.kind.value == "pty"
+    box.processes.resize(created.process_id, PTYSize(rows=40, cols=120))
+    box.processes.input(created.process_id, "\n")
+    box.processes.wait(created.process_id, ManagedProcessWaitOptions(wait_timeout=10.0))
+    with box.processes.connect(created.process_id) as stream:
+        text = b"".join(e.data for e in stream if e.type.value == "data").decode()
+    assert "40 120" in text
