@@ -243,7 +243,9 @@ class Transport:
         self._owns_session = session is None
         self._session = session if session is not None else new_session(config.ca_bundle)
         self._sleep = sleep
-        self._pacer = pacer or shared_pacer(config.base_url, config.requests_per_minute)
+        self._pacer = pacer or shared_pacer(
+            config.base_url, config.requests_per_minute, config.rate_scope
+        )
 
     def call(
         self,

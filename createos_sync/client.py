@@ -17,7 +17,6 @@ from . import _api, _retry, templates
 from ._deadline import Deadline
 from ._http import Transport
 from ._options import LeaseOptions, OnExit, check_seconds
-from ._pacer import shared_pacer
 from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease
@@ -84,10 +83,7 @@ class Client:
         if session is not None and ca_bundle is not None:
             raise ConfigError("give ca_bundle or session, not both (set the session's verify)")
         self.sleep = sleep
-        pacer = shared_pacer(
-            self.config.base_url, self.config.requests_per_minute, self.config.rate_scope
-        )
-        self.transport = Transport(self.config, session=session, sleep=sleep, pacer=pacer)
+        self.transport = Transport(self.config, session=session, sleep=sleep)
 
     def shapes(self) -> list[Shape]:
         """The machine shapes on offer (1 request)."""

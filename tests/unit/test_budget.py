@@ -17,7 +17,9 @@ import responses
 from createos_sync import Client, OperationTimeout
 from createos_sync._budget import SLOTS, BudgetRecord, RecordBusy, _LockedFile, record_path
 from createos_sync._deadline import Deadline
+from createos_sync._http import Transport
 from createos_sync._pacer import MachinePacer, Pacer, shared_pacer
+from createos_sync.config import Config
 
 from .test_pacer import FakeTime
 
@@ -279,3 +281,5 @@ def test_scopes_and_state_directories_have_pacers_of_their_own(
     assert isinstance(moved, MachinePacer) and moved is not machine
     assert moved.record.path.is_relative_to(tmp_path / "other")
     assert Client("key", URL, rate_scope="process").transport._pacer is process
+    # A transport made from a configuration alone takes that configuration's scope too.
+    assert Transport(Config.resolve("key", URL, rate_scope="process"))._pacer is process
