@@ -318,6 +318,7 @@ def client_for(config: Config) -> Client:
         max_retries=config.max_retries,
         requests_per_minute=config.requests_per_minute,
         rate_scope=config.rate_scope,
+        ca_bundle=config.ca_bundle,
     )
 
 

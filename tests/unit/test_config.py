@@ -8,6 +8,7 @@ import pytest
 import requests
 
 from createos_sync import Client, ConfigError
+from createos_sync.client import client_for
 from createos_sync.config import Config
 
 
@@ -135,3 +136,23 @@ def test_ca_bundle_and_own_session_exclude_each_other(tmp_path: Path) -> None:
     bundle.write_text("x")
     with pytest.raises(ConfigError, match="not both"):
         Client("k", ca_bundle=bundle, session=requests.Session())
+
+
+def test_a_client_for_a_configuration_has_all_of_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # cs.map's workers and the pytest plugin's leak check rebuild clients this way: an HTTPS
+    # emulator's CA (or any other setting) must not be lost on the way.
+    monkeypatch.delenv("CREATEOS_CA_BUNDLE", raising=False)
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("x")
+    config = Client(
+        "k",
+        "https://api.test",
+        timeout=12.0,
+        max_retries=1,
+        requests_per_minute=60,
+        rate_scope="process",
+        ca_bundle=bundle,
+    ).config
+    assert client_for(config).config == config
