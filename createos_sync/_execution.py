@@ -174,6 +174,15 @@ class Execution:
             log.error("termination of process %s could not be confirmed", self.id)
         return confirmed
 
+    def cut_by_close(self, exit_frame: Exit | None) -> bool:
+        """Whether closing the lease ended the process: killed by a signal after closing
+        began terminating it (one that exited on its own meanwhile keeps its result)."""
+        return (
+            exit_frame is not None
+            and exit_frame.signal is not None
+            and self.box.table.was_cut(self.id)
+        )
+
 
 def stop(execution: Execution, escalate: Callable[[], None]) -> None:
     """Terminate a process we stop following; a Ctrl-C meanwhile escalates to ``escalate``."""
@@ -225,10 +234,7 @@ def run(
             raise
         exit_frame, cut = None, True  # the lease closed under this run
     else:
-        # killed by a signal after closing began terminating it: cut short by close()
-        cut = exit_frame is not None and exit_frame.signal is not None and (
-            box.table.was_cut(process_id)
-        )
+        cut = execution.cut_by_close(exit_frame)
         if exit_frame is None:
             log.info("process %s timed out after %g s: terminating it", process_id, timeout)
             stop(execution, escalate)

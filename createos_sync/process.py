@@ -117,6 +117,10 @@ class Process:
     def wait(self, timeout: float | None = None) -> RunResult:
         """Wait for the exit and return the result.
 
+        A process that closing the lease terminated ends with ``timed_out=True``
+        and ``exit_code=None``; one that exited on its own keeps its exit code,
+        even when ``wait()`` is called after the lease closed.
+
         Raises:
             OperationTimeout: ``timeout`` passed first (the process keeps running).
             OutputLostError, CreateosApiError: following the output failed.
@@ -125,7 +129,7 @@ class Process:
             raise OperationTimeout(f"waiting for process {self.id}", timeout or 0.0)
         if self._error is not None:
             raise self._error
-        terminated = self._exit is None or self._box.closing.is_set()
+        terminated = self._exit is None or self._execution.cut_by_close(self._exit)
         signal = None if self._exit is None else self._exit.signal
         result = RunResult(
             args=self.args,

@@ -129,6 +129,8 @@ def test_close_terminates_unfinished_processes(emulator: Emulator, client: cs.Cl
     for process in (lone, tree):
         result = process.wait(timeout=60)
         assert result.timed_out and result.exit_code is None
+    finished = done.wait(timeout=60)  # it exited on its own: closing does not change that
+    assert finished.ok and not finished.timed_out
 
 
 def test_terminate_right_after_start_is_a_sigterm_not_a_kill_after_grace(box: cs.Lease) -> None:
