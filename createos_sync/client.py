@@ -98,6 +98,7 @@ class Client:
 
     def sandbox(self, sandbox_id: str) -> SandboxInfo:
         """The sandbox ``sandbox_id``, read afresh (1 request)."""
+        _check_id("sandbox_id", sandbox_id)
         return SandboxInfo.from_api(_api.get_sandbox(self.transport, sandbox_id, self._deadline()))
 
     def destroy(self, sandbox_id: str) -> bool:
@@ -107,8 +108,7 @@ class Client:
         True if this call destroyed it, False if the service did not know it
         (already destroyed, or a mistyped id).
         """
-        if not isinstance(sandbox_id, str) or not sandbox_id:
-            raise ValueError("sandbox_id must be a non-empty str")
+        _check_id("sandbox_id", sandbox_id)
         return _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
 
     def lease(

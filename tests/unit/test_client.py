@@ -126,3 +126,14 @@ def test_bad_arguments_are_refused_before_any_request(
     with pytest.raises(error):
         client.request(*args, **kwargs)
     assert len(service.mock.calls) == 0
+
+
+@pytest.mark.parametrize("method", ["sandbox", "destroy", "template", "delete_template"])
+@pytest.mark.parametrize("bad", ["", None, 7])
+def test_an_id_that_is_not_a_non_empty_str_is_refused_before_any_request(
+    client: Client, service: Service, method: str, bad: Any
+) -> None:
+    # An empty id would name the collection instead: GET /sandboxes/ is the listing.
+    with pytest.raises(ValueError, match="must be a non-empty str"):
+        getattr(client, method)(bad)
+    assert len(service.mock.calls) == 0
