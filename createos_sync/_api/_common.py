@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
+from .._deadline import Deadline
+from .._http import Transport
+from .._retry import Repeat
 from ..errors import ProtocolError
 
 PAGE_LIMIT = 500
@@ -37,3 +41,25 @@ def _items(data: Any, operation: str, *legacy_keys: str) -> tuple[list[Any], int
                 total = pagination.get("total") if isinstance(pagination, dict) else None
                 return data[key], total if isinstance(total, int) else None
     raise ProtocolError(f"the answer to {operation} is not a list")
+
+
+def _pages(
+    t: Transport, path: str, operation: str, legacy_key: str, deadline: Deadline
+) -> Iterator[dict[str, Any]]:
+    """Every item of a paged listing, page by page (one request per ``PAGE_LIMIT``)."""
+    offset = 0
+    while True:
+        reply = t.call(
+            "GET",
+            path,
+            operation=operation,
+            repeat=Repeat.SAFE,
+            deadline=deadline,
+            params={"limit": str(PAGE_LIMIT), "offset": str(offset)},
+        )
+        items, total = _items(reply.data, operation, legacy_key)
+        for item in items:
+            yield _object(item, operation)
+        offset += len(items)
+        if not items or total is None or offset >= total:
+            return

@@ -9,7 +9,7 @@ from .._deadline import Deadline
 from .._http import Transport
 from .._retry import Repeat
 from ..errors import Operation, ProtocolError
-from ._common import PAGE_LIMIT, _items, _object, _sandbox
+from ._common import _items, _object, _pages, _sandbox
 
 # Catalog
 
@@ -58,29 +58,9 @@ def get_sandbox(t: Transport, sandbox_id: str, deadline: Deadline) -> dict[str, 
     return _object(reply.data, Operation.SANDBOX_LIFECYCLE)
 
 
-def list_sandboxes(
-    t: Transport, deadline: Deadline, *, status: str | None = None
-) -> Iterator[dict[str, Any]]:
+def list_sandboxes(t: Transport, deadline: Deadline) -> Iterator[dict[str, Any]]:
     """Every sandbox, page by page (one request per 500)."""
-    offset = 0
-    while True:
-        params = {"limit": str(PAGE_LIMIT), "offset": str(offset)}
-        if status is not None:
-            params["status"] = status
-        reply = t.call(
-            "GET",
-            "/sandboxes",
-            operation=Operation.SANDBOX_LISTING,
-            repeat=Repeat.SAFE,
-            deadline=deadline,
-            params=params,
-        )
-        items, total = _items(reply.data, Operation.SANDBOX_LISTING, "sandboxes")
-        for item in items:
-            yield _object(item, Operation.SANDBOX_LISTING)
-        offset += len(items)
-        if not items or total is None or offset >= total:
-            return
+    return _pages(t, "/sandboxes", Operation.SANDBOX_LISTING, "sandboxes", deadline)
 
 
 def sandbox_name(sandbox: Mapping[str, Any]) -> str | None:

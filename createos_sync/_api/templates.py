@@ -11,7 +11,7 @@ from .._http import Stream, Transport
 from .._retry import Repeat
 from .._server_text import checked_id
 from ..errors import Operation
-from ._common import PAGE_LIMIT, STREAM_IDLE_TIMEOUT, _items, _object
+from ._common import STREAM_IDLE_TIMEOUT, _object, _pages
 
 # Templates
 
@@ -53,22 +53,7 @@ def get_template(t: Transport, template_id: str, deadline: Deadline) -> dict[str
 
 def list_templates(t: Transport, deadline: Deadline) -> Iterator[dict[str, Any]]:
     """Every template, page by page (one request per 500)."""
-    offset = 0
-    while True:
-        reply = t.call(
-            "GET",
-            "/templates",
-            operation=Operation.TEMPLATE_MANAGEMENT,
-            repeat=Repeat.SAFE,
-            deadline=deadline,
-            params={"limit": str(PAGE_LIMIT), "offset": str(offset)},
-        )
-        items, total = _items(reply.data, Operation.TEMPLATE_MANAGEMENT, "templates")
-        for item in items:
-            yield _object(item, Operation.TEMPLATE_MANAGEMENT)
-        offset += len(items)
-        if not items or total is None or offset >= total:
-            return
+    return _pages(t, "/templates", Operation.TEMPLATE_MANAGEMENT, "templates", deadline)
 
 
 def delete_template(t: Transport, template_id: str, deadline: Deadline) -> None:

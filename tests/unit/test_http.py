@@ -215,21 +215,23 @@ def test_retry_after_parsing(header: str | None, expected: Any) -> None:
     assert parse_retry_after(header) == expected
 
 
-def test_list_sandboxes_follows_pages(client: Client, service: Service) -> None:
+@pytest.mark.parametrize("listing", ["sandboxes", "templates"])
+def test_listings_follow_pages(client: Client, service: Service, listing: str) -> None:
     first = [sandbox(sandbox_id=f"sb-{i}") for i in range(500)]
     service.add(
         "GET",
-        "/sandboxes",
+        f"/{listing}",
         body={"data": first, "pagination": {"total": 501, "limit": 500, "offset": 0}},
     )
     service.add(
         "GET",
-        "/sandboxes",
+        f"/{listing}",
         body={"data": [sandbox(sandbox_id="sb-last")], "pagination": {"total": 501}},
     )
-    ids = [s.id for s in client.sandboxes()]
+    ids = [item.id for item in getattr(client, listing)()]
     assert len(ids) == 501 and ids[-1] == "sb-last"
-    assert "offset=500" in service.mock.calls[1].request.url
+    assert len(service.mock.calls) == 2
+    assert "limit=500&offset=500" in service.mock.calls[1].request.url
 
 
 def test_shapes_accept_the_legacy_key(client: Client, service: Service) -> None:
