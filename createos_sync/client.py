@@ -39,8 +39,9 @@ class Client:
         timeout: seconds: the default deadline of one operation and the
             default command timeout of ``Lease.run`` (cleanup always gets a
             fresh deadline of its own).
-        max_retries: how often a retryable failure (429, and 5xx or a lost
-            answer for idempotent requests) is tried again.
+        max_retries: how often a retryable failure (429 or 503 for every
+            request; 500, 502, 504 or a lost answer for idempotent ones) is
+            tried again.
         requests_per_minute: the request budget per base URL.
         rate_scope: who shares that budget: ``"machine"`` (the default) every
             process of this machine (CreateOS counts requests per caller IP),
