@@ -3,7 +3,8 @@
 No thread of ours draws it: ``cs.map``'s coordinating loop calls ``show``
 when an item finishes and at least every ``refresh`` seconds, so elapsed time
 and rate stay current while items run. The bar is ``tqdm.auto``'s: a text
-bar on a terminal, a widget in Jupyter (the ecosystem's standard there).
+bar on a terminal, a widget in Jupyter (the ecosystem's standard there),
+which are told apart as for file transfers (``_progress.interactive``).
 Written to a file or a CI log, a self-overwriting bar would be noise, so
 ``progress=True`` there prints a plain line every ``PLAIN_EVERY`` seconds and
 one at the end.
@@ -15,15 +16,10 @@ import sys
 import time
 from typing import Any, TextIO
 
+from ._progress import interactive, tqdm_class
+
 PLAIN_EVERY = 10.0
 LABEL = "cs.map"
-
-
-def in_notebook() -> bool:
-    """Whether this interpreter is a Jupyter kernel (where tqdm.auto draws a widget)."""
-    ipython = sys.modules.get("IPython")
-    shell = getattr(ipython, "get_ipython", lambda: None)()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
 class Progress:
@@ -42,10 +38,10 @@ class Progress:
         self._last_plain = self._started
         self._finished = 0
         self.done = self.failed = self.running = 0
-        interactive = in_notebook() or _is_terminal(self._stream)
+        drawn = interactive(self._stream)
         self._bar: Any = None
-        self._plain = bool(mode) and not interactive
-        if mode is not False and interactive:
+        self._plain = bool(mode) and not drawn
+        if mode is not False and drawn:
             self._bar = _tqdm_bar(total, self._stream)
 
     @property
@@ -86,12 +82,5 @@ class Progress:
         )
 
 
-def _is_terminal(stream: TextIO) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
-
-
 def _tqdm_bar(total: int | None, stream: TextIO) -> Any:
-    from tqdm.auto import tqdm  # imported when a bar is drawn: most runs never need it
-
-    return tqdm(total=total, desc=LABEL, unit="item", file=stream, dynamic_ncols=True)
+    return tqdm_class()(total=total, desc=LABEL, unit="item", file=stream, dynamic_ncols=True)

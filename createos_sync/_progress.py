@@ -33,9 +33,14 @@ def display(label: str, stream: TextIO | None = None) -> Display:
     """A bar on a terminal or in a notebook, plain lines elsewhere; writes to ``stream``
     (default: ``sys.stderr``)."""
     stream = stream if stream is not None else sys.stderr
-    if _in_notebook(stream) or _is_terminal(stream):
+    if interactive(stream):
         return Bar(label, stream)
     return Lines(label, stream)
+
+
+def interactive(stream: TextIO) -> bool:
+    """Whether a bar can be drawn on ``stream``: a terminal, or a Jupyter kernel's stream."""
+    return _in_notebook(stream) or _is_terminal(stream)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -60,7 +65,7 @@ class Bar:
 
     def __call__(self, done: int, total: int | None) -> None:
         if self._bar is None:
-            self._bar = _tqdm()(
+            self._bar = tqdm_class()(
                 total=total,
                 desc=self._label,
                 unit="B",
@@ -79,7 +84,8 @@ class Bar:
             self._bar.close()
 
 
-def _tqdm() -> Callable[..., Any]:
+def tqdm_class() -> Callable[..., Any]:
+    """``tqdm.auto.tqdm``, imported when a bar is drawn: most runs never need it."""
     from tqdm.auto import tqdm
 
     return tqdm

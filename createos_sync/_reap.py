@@ -21,7 +21,6 @@ says so). Finding that out costs one TCP connection attempt, no request.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
@@ -32,6 +31,7 @@ import attrs
 from ._fork import CLOCK_MARGIN, unclaimed_forks
 from ._journal import Entry, Journal, Unreadable
 from .errors import CreateosError
+from .network import is_loopback
 
 if TYPE_CHECKING:
     from .client import Client
@@ -143,7 +143,7 @@ def _emulator_gone(entry: Entry) -> str | None:
     that served its sandbox (nothing accepts a connection on that port); else None."""
     parts = urlsplit(entry.base_url)
     host = parts.hostname or ""
-    if host != "localhost" and not _is_loopback_address(host):
+    if not is_loopback(host):
         return None
     if entry.owner_alive() is not False:
         return None
@@ -158,13 +158,6 @@ def _emulator_gone(entry: Entry) -> str | None:
     except OSError:  # no clear answer: leave the entry to the usual rules
         return None
     return None
-
-
-def _is_loopback_address(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:

@@ -40,25 +40,6 @@ LATE_LOOKS = (0.5, 1.0)
 MAX_RESUME_REQUESTS = 2
 
 
-def create(
-    transport: Transport,
-    body: Mapping[str, Any],
-    *,
-    deadline: Deadline,
-    cleanup_deadline: Deadline,
-    sleep: _retry.Sleep = time.sleep,
-) -> SandboxInfo:
-    """Create a sandbox named ``body["name"]``; see ``created`` for what a failure means."""
-    return created(
-        transport,
-        str(body["name"]),
-        lambda: _api.create_sandbox(transport, body, deadline),
-        operation=Operation.SANDBOX_CREATION,
-        cleanup_deadline=cleanup_deadline,
-        sleep=sleep,
-    )
-
-
 def created(
     transport: Transport,
     name: str,

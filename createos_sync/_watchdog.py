@@ -50,11 +50,13 @@ from ._box import Box
 from ._containment import CleanupTime, terminate_confirmed
 from ._deadline import Deadline
 from ._retry import Repeat
+from ._server_text import checked_id
 from .errors import (
     CreateosApiError,
     CreateosError,
     LeaseExpired,
     Operation,
+    ProtocolError,
     SandboxUnavailable,
     may_have_taken_effect,
 )
@@ -379,7 +381,8 @@ class Watchdog:
         return str(record["process_id"])
 
     def _find(self, box: Box, deadline: Deadline) -> str | None:
-        """The watchdog among the sandbox's processes, by its unique file name."""
+        """The watchdog among the sandbox's processes, by its unique file name (None: not
+        found, or listed without a usable id)."""
         try:
             records = _api.list_processes(box.transport, box.sandbox_id, deadline)
         except CreateosError as exc:
@@ -388,8 +391,11 @@ class Watchdog:
         for record in records:
             args = record.get("args")
             if isinstance(args, list) and self.name in args:
-                process_id = record.get("process_id")
-                return process_id if isinstance(process_id, str) else None
+                try:  # it goes into the path of its termination at close
+                    return checked_id(record.get("process_id"), "process id in the process list")
+                except ProtocolError as exc:
+                    log.warning("the ttl watchdog was found after a lost answer, but %s", exc)
+                    return None
         return None
 
     def _write(

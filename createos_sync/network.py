@@ -83,14 +83,15 @@ def _check_url(url: str) -> None:
         parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
         raise ProtocolError("the ingress URL template does not make a valid URL") from None
-    secure = parts.scheme == "https" or (parts.scheme == "http" and _loopback(host))
+    secure = parts.scheme == "https" or (parts.scheme == "http" and is_loopback(host))
     if not host or not secure:
         raise ProtocolError("the ingress URL template does not make an https URL with a host")
     if parts.username is not None or parts.password is not None:
         raise ProtocolError("the ingress URL template holds user information")
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address."""
     if host == "localhost":
         return True
     try:

@@ -82,9 +82,10 @@ def build(
     """Submit, follow the log to its final event, and return the ready template."""
     submitted = Template.from_api(_api.create_template(transport, name, dockerfile, base, deadline))
     log = BuildLog(on_log, echo=echo, secret=transport.config.api_key)
-    status = _Follower(transport, submitted.id, log, deadline, sleep).follow()
+    follower = _Follower(transport, submitted.id, log, deadline, sleep)
+    status = follower.follow()
     if status == "ready":
-        template = _settled(transport, submitted.id, deadline, sleep)
+        template = follower.ended or _settled(transport, submitted.id, deadline, sleep)
         status = template.status
         if status == "ready":
             return template
@@ -150,6 +151,7 @@ class _Follower:
         self.deadline = deadline
         self.sleep = sleep
         self.budget = _retry.ReconnectBudget()
+        self.ended: Template | None = None  # read when the log ended early and the build was over
 
     def follow(self) -> str:
         """The final status the log announced (or the template's, read if it ended early)."""
@@ -166,10 +168,12 @@ class _Follower:
         if final is not None:
             return final
         # The stream ended without its final event: the build may be over all the same.
-        template = _api.get_template(self.transport, self.template_id, self.deadline)
-        status = Template.from_api(template).status
-        if status in ("ready", "failed"):
-            return status
+        template = Template.from_api(
+            _api.get_template(self.transport, self.template_id, self.deadline)
+        )
+        if template.status in ("ready", "failed"):
+            self.ended = template  # no need to read it again
+            return template.status
         raise CreateosApiError(Operation.TEMPLATE_LOG, None, detail="the log ended early")
 
     def _read(self, stream: Stream) -> str | None:

@@ -14,6 +14,13 @@ class Terminal(io.StringIO):
         return True
 
 
+class KernelStream(io.StringIO):
+    """What a Jupyter kernel puts in sys.stderr (its class lives in ipykernel)."""
+
+
+KernelStream.__module__ = "ipykernel.iostream"
+
+
 def _run(progress: Progress) -> None:
     progress.running = 3
     progress.show()
@@ -33,6 +40,14 @@ def test_a_bar_on_a_terminal_by_default(total: int | None) -> None:
     assert "cs.map" in drawn and "\r" in drawn
     assert "failed=1 running=0" in drawn
     assert ("4/5" if total else "4item") in drawn
+
+
+def test_a_bar_in_a_jupyter_notebook_by_default() -> None:
+    out = KernelStream()  # not a terminal: told apart by the kernel's stream, as for transfers
+    progress = Progress(None, 5, stream=out)
+    assert progress.refresh == 1.0
+    _run(progress)
+    assert "cs.map" in out.getvalue() and "failed=1 running=0" in out.getvalue()
 
 
 def test_never_with_progress_false() -> None:

@@ -105,6 +105,17 @@ def test_a_log_that_ends_early_is_checked_and_followed_again(
     assert len(service.mock.calls) == 5
 
 
+def test_a_log_that_ends_early_on_a_finished_build_is_not_read_again(
+    client: Client, service: Service
+) -> None:
+    service.add("POST", "/templates", 201, template("pending"))
+    stream(service, ndjson(event(1)))  # ends without its final event: the build is over
+    service.add("GET", f"/templates/{TPL}", body=template("ready", built_at="2026-01-01T00:01:00Z"))
+    built = client.build_template("demo", DOCKERFILE)
+    assert (built.status, built.built_at is not None) == ("ready", True)
+    assert len(service.mock.calls) == 3  # the budget of a build: that read was its final read
+
+
 def test_a_failed_build_ends_its_message_with_the_scrubbed_log_tail(
     client: Client, service: Service
 ) -> None:

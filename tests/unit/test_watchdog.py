@@ -308,6 +308,22 @@ def test_a_lost_creation_answer_not_found_fails_and_stops_any_watchdog(
     assert writes(service) == [STOP] and fake.jobs == []
 
 
+@pytest.mark.parametrize("listed_id", ["", "../../sandboxes/sb-other", 42, None])
+def test_a_lost_creation_answer_listed_without_a_usable_id_fails_and_stops_any_watchdog(
+    client: Client, service: Service, fake: FakeScheduler, clock: Clock, listed_id: object
+) -> None:
+    # The id found goes into the path of the watchdog's termination: checked like any id.
+    dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
+    service.add("POST", f"/sandboxes/{SANDBOX}/processes", body=requests.ConnectionError("reset"))
+    listed = process(process_id=listed_id, args=["-c", "...", "createos-sync-ttl", dog.name])
+    service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": [listed]})
+    service.ttl_write()
+    with pytest.raises(cs.CreateosApiError):
+        dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
+    assert dog.process_id is None
+    assert writes(service) == [STOP] and fake.jobs == []
+
+
 # --- through the lease --------------------------------------------------------
 
 
