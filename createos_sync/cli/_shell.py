@@ -66,7 +66,7 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
-    parser.add_argument("--rootfs", help="root file system image")
+    parser.add_argument("--rootfs", help="root file system image, or a ready template's id")
     parser.add_argument(
         "--local",
         action="store_true",
