@@ -51,7 +51,8 @@ if __name__ == "__main__":
     else:
         from createos_sync.emulator import Emulator
 
-        # The emulator's sandboxes share this machine's network, and its preview proxy
-        # reaches loopback: listening there keeps the app off the local network.
+        # The preview proxy reaches a sandbox's loopback (in its private network, where
+        # the emulator gives it one); where sandboxes share this machine's network,
+        # listening there keeps the app off the local network.
         with Emulator() as emulator, contextlib.closing(emulator.client()) as local:
             main(local, "127.0.0.1", hold)

@@ -18,6 +18,7 @@ failure only, one catalog request finds out whether the name is unknown.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -27,20 +28,24 @@ from .._command import Command, validate_env
 from .._deadline import Deadline
 from .._options import DEFAULT_TTL, MIN_TTL
 from .._server_text import ID, token
+from .._terminal import EOF_KEY
 from ..client import Client
 from ..config import SHAPE_ENV, default_shape
-from ..errors import CreateosApiError, CreateosError, Operation
+from ..errors import CreateosApiError, CreateosError, Operation, OperationTimeout
 from ..lease import Lease
+from ..process import Process
 from ..result import RunResult
 from . import _local
+from ._keystrokes import Typist
 from ._report import EXIT_FAILURE, UsageError, say
 from ._signals import signals_interrupt
-from ._tty import local_term, window_size
+from ._tty import forwarding_resizes, local_term, window_size
 
 EXIT_TIMEOUT = 124
 # Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
 # default of one operation timeout: the run API needs a finite number.
 NO_TIMEOUT = 7 * 24 * 3600.0
+ENDING = 5.0  # seconds for a command's end to be seen once its terminal refused a key
 
 DESCRIPTION = """\
 Run CMD in a new sandbox, stream its output live, and exit with its exit status.
@@ -124,8 +129,9 @@ def add_parser(
     parser.add_argument(
         "--tty",
         action="store_true",
-        help="run CMD on a terminal the size of this window (else 80x24): live output on "
-        "stdout, stderr merged in as a terminal shows it; CMD reads end of input at once",
+        help="run CMD on a terminal the size of this window (else 80x24), resized with it: "
+        "live output on stdout, stderr merged in as a terminal shows it; CMD reads end of "
+        "input at once",
     )
     parser.add_argument(
         "--local",
@@ -171,11 +177,11 @@ def run(args: argparse.Namespace) -> int:
             for local, remote in args.upload:
                 _upload(box, local, remote)
             timeout = args.timeout or NO_TIMEOUT
-            pty = window_size(sys.stdout.fileno()) if args.tty else None
             if args.tty:
-                env = {**local_term(), **env}
-            result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True, pty=pty)
-            status = _status(result)
+                status = _on_terminal(box, command, cwd=args.cwd, env=env, timeout=timeout)
+            else:
+                result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True)
+                status = _status(result)
             if not _download_all(box, args.download) and status == 0:
                 status = EXIT_FAILURE
     return status
@@ -234,11 +240,61 @@ def _command(words: list[str]) -> str | list[str]:
     return words[0] if len(words) == 1 else words
 
 
+def _on_terminal(
+    box: Lease, command: str | list[str], *, cwd: str | None, env: dict[str, str], timeout: float
+) -> int:
+    """``run --tty``: CMD on a terminal the size of this window, resized with it; its status.
+
+    A background process rather than ``run()``, which has no handle to resize
+    through: 1 more request (the Ctrl-D that ``run()`` sends with the start
+    gate's key), and 1 per resize, paced like the keys of ``shell``.
+    """
+    window = sys.stdout.fileno()
+    process = box.start(
+        command,
+        cwd=cwd,
+        env={**local_term(), **env},
+        echo=True,
+        max_output=0,  # everything is on the screen already
+        pty=window_size(window),
+    )
+    _type_end_of_input(process)
+    typist = Typist(process.send, process.resize)
+    try:
+        with forwarding_resizes(window, typist.resize):
+            result = process.wait(timeout)
+    except OperationTimeout:
+        process.terminate()
+        return _timed_out(timeout)
+    finally:
+        typist.close(timeout=5.0)
+    return _status(result)
+
+
+def _type_end_of_input(process: Process) -> None:
+    """Type Ctrl-D, as ``run()`` does: nobody types, so a command reading lines sees the end.
+
+    A command that has ended already refuses input (its terminal is closed):
+    that refusal is no error, as long as the end is seen soon after it.
+    """
+    try:
+        process.send(EOF_KEY)
+    except CreateosApiError:
+        with contextlib.suppress(OperationTimeout):
+            process.wait(ENDING)
+        if process.running:
+            raise
+
+
+def _timed_out(limit: float | None) -> int:
+    after = f" after {limit:g} s" if limit else ""
+    say(f"timed out{after}: the command's processes were terminated")
+    return EXIT_TIMEOUT
+
+
 def _status(result: RunResult) -> int:
     if result.timed_out:
-        limit = f" after {result.timeout:g} s" if result.timeout else ""
-        say(f"timed out{limit}: the command's processes were terminated")
-        return EXIT_TIMEOUT
+        return _timed_out(result.timeout)
     if result.signal is not None:
         say(f"the command was killed by {result.signal}")
         try:

@@ -23,8 +23,6 @@ import select
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from types import FrameType
 
 from ..lease import Lease
 from ..process import Process
@@ -34,7 +32,7 @@ from ._keystrokes import Typist
 from ._report import EXIT_FAILURE, UsageError
 from ._run import open_lease
 from ._signals import signals_interrupt
-from ._tty import local_term, raw_mode, window_size
+from ._tty import forwarding_resizes, local_term, raw_mode, window_size
 
 LOGIN_SHELL = ["/bin/bash", "-l"]
 HELP_HINT = "see `createos-sync shell --help`"
@@ -68,7 +66,7 @@ def add_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--shape", help="machine shape (default: $CREATEOS_SHAPE or s-1vcpu-1gb)")
-    parser.add_argument("--rootfs", help="root file system image")
+    parser.add_argument("--rootfs", help="root file system image, or a ready template's id")
     parser.add_argument(
         "--local",
         action="store_true",
@@ -112,13 +110,10 @@ class Session:
         self._box = box
         self._stdin = stdin
         self._stdout = stdout
-        # Threads and the SIGWINCH handler wake the key loop through this pipe.
-        # A plain flag, not an Event: a signal handler must not take a lock
-        # that the interrupted main thread may hold.
+        # The watcher and the typist wake the key loop through this pipe.
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)  # a full pipe already says "wake up"
         self._wake_lock = threading.Lock()
-        self._resized = False
 
     def run(self) -> int:
         try:
@@ -132,7 +127,7 @@ class Session:
             threading.Thread(target=self._watch, args=(process,), daemon=True).start()
             typist = Typist(process.send, process.resize, on_stop=self._wake)
             try:
-                with raw_mode(self._stdin), self._forwarding_resizes():
+                with raw_mode(self._stdin), forwarding_resizes(self._stdin, typist.resize):
                     self._pump(process, typist)
             finally:
                 typist.close(timeout=5.0)
@@ -150,9 +145,6 @@ class Session:
             readable, _, _ = select.select([self._stdin, self._wake_r], [], [])
             if self._wake_r in readable:
                 os.read(self._wake_r, READ_SIZE)
-                if self._resized:
-                    self._resized = False
-                    typist.resize(*window_size(self._stdin))
             if self._stdin in readable:
                 keys = os.read(self._stdin, READ_SIZE)
                 if not keys:
@@ -180,19 +172,6 @@ class Session:
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_w = -1
-
-    @contextlib.contextmanager
-    def _forwarding_resizes(self) -> Iterator[None]:
-        def resized(signum: int, frame: FrameType | None) -> None:
-            self._resized = True
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake_w, b".")  # the pipe outlives this handler
-
-        previous = signal.signal(signal.SIGWINCH, resized)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGWINCH, previous)
 
 
 def _exit_status(result: RunResult) -> int:

@@ -8,15 +8,14 @@ stderr), or 1 with the end of the log when the build failed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import attrs
 
-from ..client import Client
 from ..errors import CreateosError
-from ._manage import _jsonable, _print_table
+from ._local import account
+from ._manage import _jsonable, _print_json, _print_table
 from ._report import EXIT_FAILURE, UsageError, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
@@ -61,7 +60,7 @@ def add_parser(
 
 def build_template(args: argparse.Namespace) -> int:
     dockerfile = _read_dockerfile(args.file)
-    with Client() as client:
+    with account() as client:
         try:
             template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
         except (TypeError, ValueError) as exc:
@@ -71,12 +70,13 @@ def build_template(args: argparse.Namespace) -> int:
 
 
 def list_templates(args: argparse.Namespace) -> int:
-    with Client() as client:
+    with account() as client:
         templates = client.templates()
     if args.json:
-        json.dump([attrs.asdict(t, value_serializer=_jsonable) for t in templates], sys.stdout,
-                  indent=1)  # fmt: skip
-        print(flush=True)
+        _print_json([attrs.asdict(t, value_serializer=_jsonable) for t in templates])
+        return 0
+    if not templates:
+        print("no templates", flush=True)
         return 0
     rows = [
         [t.id, t.status, t.name, t.base or "", _when(t.created_at), _when(t.built_at)]
@@ -88,7 +88,7 @@ def list_templates(args: argparse.Namespace) -> int:
 
 def delete_templates(args: argparse.Namespace) -> int:
     status = 0
-    with Client() as client:
+    with account() as client:
         for template_id in args.ids:
             try:
                 client.delete_template(template_id)

@@ -1,4 +1,4 @@
-"""The local terminal: its size, and raw mode that is always undone.
+"""The local terminal: its size and its changes, and raw mode that is always undone.
 
 In raw mode every key reaches the remote terminal as typed (Ctrl-C is byte
 3, not SIGINT here) and nothing is echoed or translated locally: the remote
@@ -14,7 +14,9 @@ import contextlib
 import os
 import signal
 import termios
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 from .._terminal import DEFAULT_SIZE, DEFAULT_TERM, Size
 
@@ -36,6 +38,42 @@ def window_size(fd: int) -> Size:
 def local_term() -> dict[str, str]:
     """TERM for a remote terminal shown on this one: this terminal's type."""
     return {"TERM": os.environ.get("TERM") or DEFAULT_TERM}
+
+
+@contextlib.contextmanager
+def forwarding_resizes(fd: int, resize: Callable[[int, int], None]) -> Iterator[None]:
+    """Within the block, each change of the window size on ``fd`` goes to ``resize(rows, cols)``.
+
+    ``resize`` is called from a thread of its own, with the size read when it
+    runs, so that changes arriving together are passed on once. SIGWINCH only
+    wakes that thread, through a pipe: a signal handler must not take a lock
+    that the main thread it interrupted may hold. Outside the main thread
+    (where no signal handler can be set) sizes are not followed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+
+    def resized(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):  # full: already said; closed: nobody listens
+            os.write(wake_w, b".")
+
+    def forward() -> None:
+        try:
+            while os.read(wake_r, 4096):  # b"": the block has ended
+                resize(*window_size(fd))
+        finally:
+            os.close(wake_r)
+
+    previous = signal.signal(signal.SIGWINCH, resized)
+    threading.Thread(target=forward, name="createos-resizes", daemon=True).start()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGWINCH, previous)  # before the pipe closes under the handler
+        os.close(wake_w)
 
 
 @contextlib.contextmanager

@@ -67,13 +67,17 @@ def test_an_unknown_shape_or_rootfs_is_a_usage_error_naming_the_valid_ones(
 
 def test_missing_and_rejected_keys_are_said_in_the_cli_s_own_words(env: dict[str, str]) -> None:
     keyless = {k: v for k, v in env.items() if k != "CREATEOS_API_KEY"}
-    run, ls = run_all([*CLI, "run", "--", "true"], [*CLI, "ls"], env=keyless)
+    run, ls, templates = run_all(
+        [*CLI, "run", "--", "true"], [*CLI, "ls"], [*CLI, "template", "ls"], env=keyless
+    )
     assert run == (
         2, "", "createos-sync: error: set CREATEOS_API_KEY, or use --local to try the local "
         "emulator\n",
     )  # fmt: skip
-    assert ls[0] == 2 and ls[2].startswith("createos-sync: error: set CREATEOS_API_KEY (")
-    assert "pass api_key=" not in run[2] + ls[2]  # a Python argument means nothing here
+    for account_command in (ls, templates):
+        assert account_command[0] == 2
+        assert account_command[2].startswith("createos-sync: error: set CREATEOS_API_KEY (")
+    assert "pass api_key=" not in run[2] + ls[2] + templates[2]  # a Python argument means nothing
     wrong_key = "k-wrong-0123456789"
     status, _, err = finish(spawn([*CLI, "ls"], {**env, "CREATEOS_API_KEY": wrong_key}))
     assert status == 1 and err.count("\n") == 1
@@ -84,9 +88,12 @@ def test_missing_and_rejected_keys_are_said_in_the_cli_s_own_words(env: dict[str
 def test_destroy_of_an_unknown_sandbox_says_it_is_gone_and_ls_says_when_empty() -> None:
     with own_emulator() as emu:
         env = emulator_env(emu)
-        destroy, ls = run_all([*CLI, "destroy", "sb-typo"], [*CLI, "ls"], env=env)
+        destroy, ls, templates = run_all(
+            [*CLI, "destroy", "sb-typo"], [*CLI, "ls"], [*CLI, "template", "ls"], env=env
+        )
     assert destroy == (0, "no such sandbox sb-typo (already gone)\n", "")
     assert ls == (0, "no sandboxes\n", "")
+    assert templates == (0, "no templates\n", "")
 
 
 def test_help_names_the_command_as_typed_and_every_exit_status(env: dict[str, str]) -> None:

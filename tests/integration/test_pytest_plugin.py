@@ -17,14 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import own_emulator
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "test_with_sandboxes.py"
 DEADLINE = 120.0
 
 
-def pytest_run(project: Path, *args: str) -> tuple[int, str]:
+def pytest_run(project: Path, *args: str, **extra_env: str) -> tuple[int, str]:
     """``python -m pytest`` in ``project``; its exit status and output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CREATEOS_", "PYTEST_"))}
     env["CREATEOS_SYNC_STATE_DIR"] = os.environ["CREATEOS_SYNC_STATE_DIR"]
+    env.update(extra_env)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
         cwd=project,
@@ -52,6 +55,25 @@ def test_the_example_passes(tmp_path: Path) -> None:
     status, out = pytest_run(tmp_path)
     assert status == 0, out
     assert "4 passed" in out
+
+
+def test_live_uses_the_service_of_the_environment_and_checks_its_leaks(tmp_path: Path) -> None:
+    sample(tmp_path, LEAKS)
+    with own_emulator() as service:  # stands in for CreateOS: reached only through the env
+        status, out = pytest_run(
+            tmp_path,
+            "--createos=live",
+            CREATEOS_API_URL=service.url,
+            CREATEOS_API_KEY=service.api_key,
+        )
+        assert status == 1, out
+        assert re.search(r"\b3 passed in ", out)
+        assert len(leak_report(out).strip().splitlines()) == 3
+        created = [r for r in service.request_log if r.operation == "sandbox.create"]
+        assert len(created) == 3  # every test's sandbox was made there
+        assert service.live_sandboxes() == []  # the leak check destroyed what leaked
+    status, out = pytest_run(tmp_path, "--createos=live")
+    assert status == 1 and "--createos=live: no API key" in out, out
 
 
 LEAKS = """

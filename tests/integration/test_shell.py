@@ -18,9 +18,10 @@ import pexpect
 import pytest
 
 import createos_sync as cs
+from createos_sync.cli import _run
 from createos_sync.emulator import Emulator, Fault
 
-from .helpers import processes_of
+from .helpers import operations, processes_of
 from .subprocesses import CLI, DEADLINE, emulator_env
 
 PROMPT = "READY> "
@@ -152,6 +153,66 @@ def test_run_tty_runs_on_a_terminal_of_the_window_size(emulator: Emulator) -> No
         timeout=DEADLINE,
     )
     assert (piped.returncode, piped.stdout) == (5, b"24 80\r\n")  # no window: 80x24
+
+
+def test_run_tty_times_out_and_is_cleaned_up_on_a_signal_like_run(emulator: Emulator) -> None:
+    env = emulator_env(emulator, TERM="xterm")
+    before = set(emulator.live_sandboxes())
+    child = spawn(["run", "--tty", "--", "echo started; exec sleep 600"], env)
+    timed_out = subprocess.run(
+        [*CLI, "run", "--tty", "--timeout", "0.5", "--", "echo before; exec sleep 60"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=env,
+        timeout=DEADLINE,
+    )
+    assert (timed_out.returncode, timed_out.stdout) == (124, b"before\r\n")
+    assert b"timed out after 0.5 s" in timed_out.stderr
+    child.expect_exact("started")
+    os.kill(cli_pid(child), signal.SIGTERM)
+    assert finished(child) == 128 + signal.SIGTERM
+    assert set(emulator.live_sandboxes()) == before
+    assert emulator.live_processes() == []
+
+
+def test_run_tty_reads_end_of_input_at_once_and_follows_the_window_size(
+    emulator: Emulator,
+) -> None:
+    # bash runs a trap once a `wait` is interrupted (a `read` would hold it until a line comes)
+    script = (
+        "cat; echo got-eof; trap 'echo \"now $(stty size)\"; kill $!; exit 7' WINCH; "
+        "echo ready; sleep 600 & wait"
+    )
+    before = set(emulator.live_sandboxes())
+    child = spawn(
+        ["run", "--tty", "--ttl", "0", "--", script], emulator_env(emulator, TERM="xterm")
+    )
+    child.expect_exact("got-eof")  # `cat` saw the end of its input: nobody types in `run`
+    child.expect_exact("ready")
+    (sandbox_id,) = set(emulator.live_sandboxes()) - before
+    child.setwinsize(40, 100)  # SIGWINCH to the CLI, forwarded as a resize
+    child.expect(r"now 40 100\r+\n")
+    assert finished(child) == 7
+    assert emulator.live_processes() == []
+    # as README says: one request more than `run` (the Ctrl-D), and one for the resize
+    requests = [op for op, _ in operations(emulator, sandbox_id) if op.startswith("process.")]
+    assert requests == ["process.create", "process.connect"] + ["process.input"] * 2 + [
+        "process.resize"
+    ]
+
+
+def test_run_tty_s_ctrl_d_to_a_command_that_has_ended_is_no_error(
+    emulator: Emulator, box: cs.Lease, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ended = box.start("exit 5", pty=True)
+    assert ended.wait(timeout=DEADLINE).exit_code == 5
+    _run._type_end_of_input(ended)  # its terminal refuses the key (409): nothing to tell it
+    # ... but a refusal while the command still runs is an error, said once it has had time to end
+    running = box.start("sleep 600", pty=True)
+    emulator.faults.add(Fault("process.input", status=409))
+    monkeypatch.setattr(_run, "ENDING", 0.2)
+    with pytest.raises(cs.CreateosApiError, match="HTTP 409"):
+        _run._type_end_of_input(running)
 
 
 def cli_pid(child: pexpect.spawn) -> int:
