@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +41,37 @@ def test_temp_root_is_removed_and_root_dir_is_kept(
     sandbox_id = Api(kept).sandbox()
     kept.close()
     assert (tmp_path / "root" / sandbox_id / "workspace").is_dir()
+
+
+def test_a_failed_start_leaves_no_directory_and_no_janitor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes them
+    with pytest.raises(RuntimeError, match="private network needs bubblewrap"):
+        Emulator(isolation="none", network="private", tls=True).start()
+    assert list(tmp_path.iterdir()) == []
+    assert not [pid for pid in _children() if str(tmp_path) in _cmdline(pid)]
+
+
+def _children() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid():
+            found.append(int(name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_sandbox_path_maps_the_three_trees(emu: Emulator) -> None:
