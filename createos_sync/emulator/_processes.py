@@ -34,6 +34,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,10 +116,10 @@ class ManagedProcess:
         # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
         status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
-        launch = isolation.launch(
-            storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
-        )
         try:
+            launch = isolation.launch(
+                storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
+            )
             popen = subprocess.Popen(
                 launch.argv,
                 cwd=launch.cwd,
@@ -129,7 +130,7 @@ class ManagedProcess:
                 start_new_session=True,
                 pass_fds=status_fds,
             )
-        except OSError as exc:
+        except (OSError, FutureTimeout) as exc:  # no command, or no layer to run it in
             ends.close_ours()
             os.close(status_r)
             self._fail(exc)
@@ -169,9 +170,11 @@ class ManagedProcess:
             status.get("pid-namespace"),
         )
 
-    def _fail(self, exc: OSError) -> None:
-        self.journal.append("stderr", f"{self.command.cmd}: {exc.strerror}\n".encode())
-        code = 127 if exc.errno == errno.ENOENT else 126
+    def _fail(self, exc: OSError | FutureTimeout) -> None:
+        """The command could not be launched: it ends at once, as a shell says so."""
+        why = getattr(exc, "strerror", None) or str(exc) or "could not be started"
+        self.journal.append("stderr", f"{self.command.cmd}: {why}\n".encode())
+        code = 127 if getattr(exc, "errno", None) == errno.ENOENT else 126
         with self._lock:
             self._state = "failed"
             self._tree_exited = True
