@@ -161,6 +161,22 @@ def test_a_process_that_left_the_session_is_still_killed(any_api: Api) -> None:
     assert escaped not in _host_commands().values()
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_what_an_exec_left_in_the_background_ends_with_it(any_api: Api, streamed: bool) -> None:
+    """As under bubblewrap (the namespace dies with its init), in plain mode too: no
+    orphan of a finished exec outlives it, unseen by destroy and close."""
+    sandbox_id = any_api.sandbox()
+    orphan = f"sleep {1000 + secrets.randbelow(10**6)}.5"  # no other test's
+    body = {"cmd": "bash", "args": ["-c", f"setsid {orphan} >/dev/null 2>&1 & echo started"]}
+    path = f"/v1/sandboxes/{sandbox_id}/exec"
+    if streamed:
+        reply = any_api.call("POST", path, params={"stream": "true"}, json=body)
+        assert reply.ok and b'"exit_code":0' in reply.content.replace(b" ", b"")
+    else:
+        assert any_api.data("POST", path, json=body)["result"]["stdout"] == "started\n"
+    wait_until(lambda: orphan not in _host_commands().values(), what="the orphan to end")
+
+
 def _host_commands() -> dict[int, str]:
     """Every live host process's command line (spaces between its arguments)."""
     found = {}
