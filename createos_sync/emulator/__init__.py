@@ -27,8 +27,10 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
   the storage; a path a program computes at run time still reaches the host
   (see ``_isolation``). The host's own ``/workspace`` is never touched.
 
-In both modes the files API maps ``/workspace``, ``/tmp`` and ``/home/user``
-into the sandbox's storage and refuses every other path.
+In both modes a one-shot exec's whole tree ends with its command (what it
+left in the background included), and the files API maps ``/workspace``,
+``/tmp`` and ``/home/user`` into the sandbox's storage and refuses every
+other path.
 
 Network (``Emulator.network`` says which): ``private`` where bubblewrap
 works, namespaces can be made (root) and ``slirp4netns`` is installed: each

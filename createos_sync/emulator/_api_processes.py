@@ -138,7 +138,7 @@ class ProcessApi:
         threading.Thread(target=_feed, args=(process, stdin), daemon=True).start()
         if streamed:
             stream = ExecStream(
-                process, reader, self._heartbeat, lambda: self._store.forget(sandbox_id, process.id)
+                reader, self._heartbeat, lambda: self._store.end_exec(sandbox_id, process)
             )
             return Response(stream, mimetype=NDJSON, direct_passthrough=True)
         started = time.monotonic()
@@ -149,7 +149,7 @@ class ProcessApi:
                     output[item.stream] += item.data
         finally:
             reader.close()
-            self._store.forget(sandbox_id, process.id)
+            self._store.end_exec(sandbox_id, process)
         if isinstance(item, Aborted):
             raise ApiError(409, "the sandbox failed while the command ran")
         if isinstance(item, Expired):  # cannot happen: attached before the start

@@ -1,8 +1,9 @@
 """Endpoints for the catalog, sandbox lifecycle and settings, egress rules and files.
 
 Egress rules (strings: host names, ``*.`` wildcards, CIDRs) are stored and
-returned, never enforced: sandboxed commands use the host's network in both
-isolation modes.
+returned, never enforced: a sandbox's commands reach whatever the host
+reaches, on the host's network or through their private network's NAT
+(``_netns``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ._wire import (
     integer,
     json_body,
     optional_text,
+    page,
     query_int,
     success,
     text,
@@ -46,7 +48,7 @@ class SandboxApi:
 
     def shapes(self, request: Request) -> Response:
         items = shapes_json()
-        return success(_page(items, len(items), len(items), 0))
+        return success(page(items, len(items), len(items), 0))
 
     def rootfs(self, request: Request) -> Response:
         return success(rootfs_json())
@@ -85,7 +87,7 @@ class SandboxApi:
         if status is not None and status not in STATUSES:
             raise ApiError(400, "unknown status")
         chosen, total = self._store.page(status, limit, offset)
-        return success(_page([s.to_json() for s in chosen], total, limit, offset))
+        return success(page([s.to_json() for s in chosen], total, limit, offset))
 
     def get(self, request: Request, sandbox_id: str) -> Response:
         return success(self._store.get(sandbox_id).to_json())
@@ -175,10 +177,6 @@ class SandboxApi:
         response = Response(body, mimetype="application/octet-stream", direct_passthrough=True)
         response.headers["Content-Length"] = str(size)
         return response
-
-
-def _page(items: list[Any], total: int, limit: int, offset: int) -> dict[str, Any]:
-    return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset}}
 
 
 def _rules(body: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from werkzeug.wrappers import Request, Response
 
 from ._templates import MAX_DOCKERFILE, BuildLog, TemplateStore
-from ._wire import ApiError, json_body, optional_text, query_int, success, text
+from ._wire import ApiError, json_body, optional_text, page, query_int, success, text
 
 NDJSON = "application/x-ndjson"
 MAX_NAME = 128
@@ -39,11 +39,7 @@ class TemplateApi:
         limit = query_int(request, "limit", 1, 500, 100)
         offset = query_int(request, "offset", 0, 1 << 31, 0)
         chosen, total = self._templates.page(limit, offset)
-        page = {
-            "data": [t.to_json() for t in chosen],
-            "pagination": {"total": total, "limit": limit, "offset": offset},
-        }
-        return success(page)
+        return success(page([t.to_json() for t in chosen], total, limit, offset))
 
     def get(self, request: Request, template_id: str) -> Response:
         include = request.args.get("include") == "dockerfile"

@@ -78,7 +78,6 @@ class NoIsolation:
     """Plain child processes under a subreaper; sandbox paths rewritten into the storage."""
 
     name = "none"
-    reports_status = True
     namespaced = False
     overlays = None  # plain processes write on the host: no layer of their own
 
@@ -88,12 +87,11 @@ class NoIsolation:
         argv: list[str],
         cwd: str,
         env: dict[str, str],
-        status_fds: tuple[int, int] | None,
+        status_fds: tuple[int, int],
         *,
         terminal: bool = False,
     ) -> Launch:
-        if status_fds is None:
-            raise ValueError("plain mode needs a status pipe for its subreaper")
+        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here)."""
         base = {
             "PATH": BASE_PATH,
             "HOME": str(storage.dir("/home/user")),
@@ -142,7 +140,6 @@ class Bubblewrap:
     """Each command in its own bubblewrap PID namespace over the sandbox's storage."""
 
     name = "bwrap"
-    reports_status = True
     namespaced = True
 
     @property
@@ -179,13 +176,14 @@ class Bubblewrap:
         argv: list[str],
         cwd: str,
         env: dict[str, str],
-        status_fds: tuple[int, int] | None,
+        status_fds: tuple[int, int],
         *,
         terminal: bool = False,
     ) -> Launch:
+        """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
+        wait status on ``status_fds[1]``."""
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
-        if status_fds is not None:
-            cmd += ["--json-status-fd", str(status_fds[0])]
+        cmd += ["--json-status-fd", str(status_fds[0])]
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
             cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
@@ -197,7 +195,7 @@ class Bubblewrap:
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
         cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
-        if self._python is not None and status_fds is not None:
+        if self._python is not None:
             # bubblewrap closes its status fd in the sandbox: the reporter
             # writes to a second descriptor of the same pipe. For a terminal,
             # it makes the command a session leader owning the pty.

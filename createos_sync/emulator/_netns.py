@@ -63,8 +63,6 @@ T = TypeVar("T")
 class SharedNet:
     """The host's network; the agent on a free loopback port named in ``CREATEOS_AGENT_URL``."""
 
-    private = False
-
     def __init__(self, *, agent: bool = True) -> None:
         self.agent: socket.socket | None = None
         self.env: dict[str, str] = {}
@@ -87,8 +85,6 @@ class SharedNet:
 
 class PrivateNet:
     """One sandbox's network namespace: loopback, the agent at 127.0.0.1:1029, slirp4netns."""
-
-    private = True
 
     def __init__(self, slirp: str, home: int, *, agent: bool = True) -> None:
         self.env: dict[str, str] = {}  # 127.0.0.1:1029 is the agent, as on the service

@@ -34,6 +34,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,16 +112,14 @@ class ManagedProcess:
     def start(self, isolation: Isolation, storage: Storage) -> None:
         """Spawn the leader and its pump and waiter threads."""
         ends = _Ends.pipes() if self.size is None else _Ends.terminal(*self.size)
-        status_r, status_fds = None, None
-        if isolation.reports_status:
-            status_r, status_w = os.pipe()
-            # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
-            status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
+        status_r, status_w = os.pipe()
+        # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
+        status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
-        launch = isolation.launch(
-            storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
-        )
         try:
+            launch = isolation.launch(
+                storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
+            )
             popen = subprocess.Popen(
                 launch.argv,
                 cwd=launch.cwd,
@@ -129,21 +128,20 @@ class ManagedProcess:
                 stdout=ends.child[1],
                 stderr=ends.child[2],
                 start_new_session=True,
-                pass_fds=status_fds or (),
+                pass_fds=status_fds,
             )
-        except OSError as exc:
+        except (OSError, FutureTimeout) as exc:  # no command, or no layer to run it in
             ends.close_ours()
-            if status_r is not None:
-                os.close(status_r)
+            os.close(status_r)
             self._fail(exc)
             return
         finally:
             ends.close_child()
-            for fd in set(status_fds or ()):
+            for fd in set(status_fds):
                 os.close(fd)
         self._pid = popen.pid
         self._stdin = ends.stdin
-        status = None if status_r is None else _StatusPipe(status_r)
+        status = _StatusPipe(status_r)
         self._tree = self._make_tree(popen.pid, status, namespaced=isolation.namespaced)
         with self._lock:
             self._state = "running"
@@ -155,12 +153,10 @@ class ManagedProcess:
     def _thread(self, target: Callable[..., None], *args: object) -> None:
         threading.Thread(target=target, args=args, name=f"emulator-{self.id}", daemon=True).start()
 
-    def _make_tree(
-        self, pid: int, status_pipe: _StatusPipe | None, *, namespaced: bool
-    ) -> ProcessTree:
+    def _make_tree(self, pid: int, status_pipe: _StatusPipe, *, namespaced: bool) -> ProcessTree:
         leader = read_stat(pid)
         start = leader.start_time if leader is not None else -1
-        if status_pipe is None or not namespaced:
+        if not namespaced:
             return SubreaperTree(pid, start)
         self._namespaced = True
         status = status_pipe.until("child-pid")
@@ -174,9 +170,11 @@ class ManagedProcess:
             status.get("pid-namespace"),
         )
 
-    def _fail(self, exc: OSError) -> None:
-        self.journal.append("stderr", f"{self.command.cmd}: {exc.strerror}\n".encode())
-        code = 127 if exc.errno == errno.ENOENT else 126
+    def _fail(self, exc: OSError | FutureTimeout) -> None:
+        """The command could not be launched: it ends at once, as a shell says so."""
+        why = getattr(exc, "strerror", None) or str(exc) or "could not be started"
+        self.journal.append("stderr", f"{self.command.cmd}: {why}\n".encode())
+        code = 127 if getattr(exc, "errno", None) == errno.ENOENT else 126
         with self._lock:
             self._state = "failed"
             self._tree_exited = True
@@ -209,9 +207,9 @@ class ManagedProcess:
         self,
         popen: subprocess.Popen[bytes],
         drained: list[threading.Event],
-        status_pipe: _StatusPipe | None,
+        status_pipe: _StatusPipe,
     ) -> None:
-        if status_pipe is not None and not self._namespaced:
+        if not self._namespaced:
             # The subreaper reports the command's end, then stays while orphans live on.
             status = status_pipe.until("wait-status")
             status_pipe.close()
@@ -219,7 +217,7 @@ class ManagedProcess:
                 self._tree.command_ended()
         else:
             popen.wait()
-            status = {} if status_pipe is None else status_pipe.rest()
+            status = status_pipe.rest()
         finished = time.time()
         self._leader_exit = time.monotonic()
         wait_status = status.get("wait-status")

@@ -406,12 +406,17 @@ class SandboxStore:
             raise ApiError(404, "process not found")
         return process
 
-    def forget(self, sandbox_id: str, process_id: str) -> None:
+    def end_exec(self, sandbox_id: str, process: ManagedProcess) -> None:
+        """An exec is over (or its client went away): its whole tree ends with it, and
+        the sandbox forgets it. Under bubblewrap its namespace dies with the command;
+        a plain subreaper would keep what it left in the background alive, out of
+        reach of destroy and close, so the tree is killed here in every mode."""
+        process.stop()
         with self._lock:
             sandbox = self._sandboxes.get(sandbox_id)
         if sandbox is not None:
             with sandbox.lock:
-                sandbox.processes.pop(process_id, None)
+                sandbox.processes.pop(process.id, None)
 
     # -- emulator-wide -----------------------------------------------------
 

@@ -116,40 +116,32 @@ class Emulator:
         if self._server is not None:
             raise RuntimeError("the emulator is already started")
         isolation = choose(self._isolation_mode)
-        if self._root_dir is None:
-            self._temp_root = tempfile.mkdtemp(prefix="createos-emulator-")
-            self._janitor = Janitor(self._temp_root)  # removes it even after kill -9
-            root = Path(self._temp_root)
-        else:
-            root = self._root_dir
-            root.mkdir(parents=True, exist_ok=True)
-        self._store = SandboxStore(
-            root,
-            isolation,
-            transition_delay=self._transition_delay,
-            journal_bytes=self._journal_bytes,
-            frame_bytes=self._frame_bytes,
-            network=self._network_mode,
-        )
-        self._templates = TemplateStore(
-            self._store, root / "templates", frame_bytes=self._frame_bytes
-        )
-        app = App(
-            self._store,
-            self._templates,
-            api_key=self.api_key,
-            faults=self.faults,
-            limiter=self._limiter,
-            requests=self._requests,
-            heartbeat=self._heartbeat,
-        )
         try:
+            root = self._make_dirs()
+            self._store = SandboxStore(
+                root,
+                isolation,
+                transition_delay=self._transition_delay,
+                journal_bytes=self._journal_bytes,
+                frame_bytes=self._frame_bytes,
+                network=self._network_mode,
+            )
+            self._templates = TemplateStore(
+                self._store, root / "templates", frame_bytes=self._frame_bytes
+            )
+            app = App(
+                self._store,
+                self._templates,
+                api_key=self.api_key,
+                faults=self.faults,
+                limiter=self._limiter,
+                requests=self._requests,
+                heartbeat=self._heartbeat,
+            )
             tls = self._tls_context()
             self._server, self._connections = serve(self._host, self._port, app, tls)
         except BaseException:
-            self._templates.close()
-            self._store.close()
-            self._remove_temp_root()
+            self.close()  # nothing of a failed start is left: processes, threads, directories
             raise
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
@@ -173,7 +165,7 @@ class Emulator:
         return self
 
     def close(self) -> None:
-        """Kill every process, stop serving, cut open connections, remove the temp root."""
+        """Kill every process, stop serving, cut open connections, remove the temp dirs."""
         if self._templates is not None:
             self._templates.close()
         if self._store is not None:
@@ -185,28 +177,43 @@ class Emulator:
         if self._connections is not None:
             self._connections.cut_all()
         self._server = self._thread = None
-        self._remove_temp_root()
+        self._remove_temp_dirs()
+
+    def _make_dirs(self) -> Path:
+        """The sandboxes' root, and the TLS CA's directory (HTTPS asked for), kept apart
+        from any ``root_dir``. What is temporary is watched by a janitor that removes it
+        even after ``kill -9``."""
+        root = self._root_dir
+        if root is None:
+            self._temp_root = tempfile.mkdtemp(prefix="createos-emulator-")
+            root = Path(self._temp_root)
+        root.mkdir(parents=True, exist_ok=True)
+        if self._tls:
+            self._tls_dir = tempfile.mkdtemp(prefix="createos-emulator-tls-")
+        made = [d for d in (self._temp_root, self._tls_dir) if d is not None]
+        if made:
+            self._janitor = Janitor(*made)
+        return root
 
     def _tls_context(self) -> ssl.SSLContext | None:
-        """A fresh CA and certificate (HTTPS asked for), kept apart from any ``root_dir``."""
-        if not self._tls:
+        """A fresh CA and certificate, HTTPS asked for."""
+        if self._tls_dir is None:
             return None
-        self._tls_dir = tempfile.mkdtemp(prefix="createos-emulator-tls-")
         context, ca_path = server_context(Path(self._tls_dir))
         self.ca_path = str(ca_path)
         return context
 
-    def _remove_temp_root(self) -> None:
+    def _remove_temp_dirs(self) -> None:
         if self._temp_root is not None:
             remove_tree(Path(self._temp_root))  # overlay work dirs need their mode fixed
             self._temp_root = None
-        if self._janitor is not None:
-            self._janitor.release()
-            self._janitor = None
         if self._tls_dir is not None:
             shutil.rmtree(self._tls_dir, ignore_errors=True)
             self._tls_dir = None
             self.ca_path = None
+        if self._janitor is not None:
+            self._janitor.release()
+            self._janitor = None
 
     def __enter__(self) -> Emulator:
         return self.start()

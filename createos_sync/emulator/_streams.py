@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._journal import Aborted, End, Expired, Frame, Reader
-from ._processes import ManagedProcess
 
 HEARTBEAT = b'{"type":"heartbeat"}\n'
 EXPIRED = "output_offset_expired"
@@ -94,17 +93,11 @@ def exec_status(end: End) -> tuple[int, str | None]:
 class ExecStream:
     """``exec?stream=true``: decoded text lines, heartbeats, then the exit code.
 
-    Exec is not reconnectable, so a client that goes away ends the command.
+    Exec is not reconnectable, so a client that goes away ends the command:
+    ``on_close`` ends its tree.
     """
 
-    def __init__(
-        self,
-        process: ManagedProcess,
-        reader: Reader,
-        heartbeat: float,
-        on_close: Callable[[], None],
-    ) -> None:
-        self._process = process
+    def __init__(self, reader: Reader, heartbeat: float, on_close: Callable[[], None]) -> None:
         self._reader = reader
         self._heartbeat = heartbeat
         self._on_close = on_close
@@ -140,6 +133,4 @@ class ExecStream:
 
     def close(self) -> None:
         self._reader.close()
-        if not self._process.done:
-            self._process.stop()
         self._on_close()

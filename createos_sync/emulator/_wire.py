@@ -56,6 +56,11 @@ def failure(error: ApiError) -> Response:
     return response
 
 
+def page(items: list[Any], total: int, limit: int, offset: int) -> dict[str, Any]:
+    """One page of a listing, as the service pages its lists."""
+    return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset}}
+
+
 def _json(body: Any, status: int) -> Response:
     return Response(json.dumps(body), status=status, mimetype="application/json")
 

@@ -7,10 +7,15 @@ import json
 import os
 import secrets
 import time
+from pathlib import Path
 
 import pytest
 
+from createos_sync.emulator._isolation import Launch, NoIsolation
+from createos_sync.emulator._journal import End
+from createos_sync.emulator._processes import Command, ManagedProcess
 from createos_sync.emulator._proctree import read_stat as proc_stat
+from createos_sync.emulator._storage import Storage
 
 from .helpers import Api, output, wait_until
 
@@ -156,6 +161,22 @@ def test_a_process_that_left_the_session_is_still_killed(any_api: Api) -> None:
     assert escaped not in _host_commands().values()
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_what_an_exec_left_in_the_background_ends_with_it(any_api: Api, streamed: bool) -> None:
+    """As under bubblewrap (the namespace dies with its init), in plain mode too: no
+    orphan of a finished exec outlives it, unseen by destroy and close."""
+    sandbox_id = any_api.sandbox()
+    orphan = f"sleep {1000 + secrets.randbelow(10**6)}.5"  # no other test's
+    body = {"cmd": "bash", "args": ["-c", f"setsid {orphan} >/dev/null 2>&1 & echo started"]}
+    path = f"/v1/sandboxes/{sandbox_id}/exec"
+    if streamed:
+        reply = any_api.call("POST", path, params={"stream": "true"}, json=body)
+        assert reply.ok and b'"exit_code":0' in reply.content.replace(b" ", b"")
+    else:
+        assert any_api.data("POST", path, json=body)["result"]["stdout"] == "started\n"
+    wait_until(lambda: orphan not in _host_commands().values(), what="the orphan to end")
+
+
 def _host_commands() -> dict[int, str]:
     """Every live host process's command line (spaces between its arguments)."""
     found = {}
@@ -219,6 +240,35 @@ def test_missing_command_exits_127(any_api: Api) -> None:
     assert frames[-1] == {"type": "exit", "exit_code": 127}
     assert b"no-such-command-here" in output(frames, "stderr")
     assert any_api.wait_exit(sandbox_id, process_id)["tree_exited"] is True
+
+
+class _NoLayer(NoIsolation):
+    """An isolation whose launch fails, as one whose sandbox layer cannot be mounted does."""
+
+    def launch(self, *args: object, **kwargs: object) -> Launch:
+        raise OSError("the sandbox's overlay could not be mounted")
+
+
+@pytest.mark.parametrize("size", [None, (24, 80)])
+def test_a_launch_that_fails_ends_the_process_and_leaks_no_descriptor(
+    tmp_path: Path, size: tuple[int, int] | None
+) -> None:
+    storage = Storage(tmp_path)
+    storage.create()
+    process = ManagedProcess(
+        "proc-1", "process", Command("true", [], "/workspace", {}), 1 << 16, 1 << 10, size=size
+    )
+    reader = process.journal.attach(0)
+    before = sorted(os.listdir("/proc/self/fd"))
+    process.start(_NoLayer(), storage)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert process.done and process.to_json()["state"] == "failed"
+    first, end = reader.next(1.0), reader.next(1.0)
+    assert getattr(first, "data", b"") == b"true: the sandbox's overlay could not be mounted\n"
+    assert end == End(1, 126, None)
+    started = time.monotonic()
+    process.stop()  # nothing to wait for
+    assert time.monotonic() - started < 1.0
 
 
 @pytest.mark.parametrize(

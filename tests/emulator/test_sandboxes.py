@@ -142,7 +142,8 @@ def test_pause_freezes_and_resume_continues(any_api: Api) -> None:
     assert any_api.call("POST", f"/v1/sandboxes/{sandbox_id}/resume").status_code == 409
 
 
-def test_processes_cannot_start_while_creating(api: Api) -> None:
+def test_processes_cannot_start_while_creating(make_emu: Callable[..., Emulator]) -> None:
+    api = Api(make_emu(transition_delay=5.0))  # still creating however loaded the machine is
     sandbox_id = api.data("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb"})["id"]
     response = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
     assert response.status_code == 409

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import requests
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._ratelimit import RateLimiter
 
-from .helpers import Api
+from .helpers import Api, wait_until
 
 
 def test_client_is_configured_for_the_emulator(emu: Emulator) -> None:
@@ -40,6 +44,76 @@ def test_temp_root_is_removed_and_root_dir_is_kept(
     sandbox_id = Api(kept).sandbox()
     kept.close()
     assert (tmp_path / "root" / sandbox_id / "workspace").is_dir()
+
+
+def test_a_failed_start_leaves_no_directory_and_no_janitor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes them
+    with pytest.raises(RuntimeError, match="private network needs bubblewrap"):
+        Emulator(isolation="none", network="private", tls=True).start()
+    assert list(tmp_path.iterdir()) == []
+    assert not [pid for pid in _children() if str(tmp_path) in _cmdline(pid)]
+
+
+def _children() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid():
+            found.append(int(name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_closed_emulator_leaves_no_thread_descriptor_or_process(tmp_path: Path) -> None:
+    """Processes, a terminal, an exec, a preview URL, a template build, guest agents and
+    private networks all end with ``close()``: nothing of the emulator stays behind."""
+    threads, fds = set(threading.enumerate()), set(os.listdir("/proc/self/fd"))
+    children = set(_children())
+    emu = Emulator(rate_limit=None, heartbeat_interval=0.2).start()
+    try:
+        api = Api(emu)
+        sandbox_id = api.sandbox(ingress_enabled=True)
+        api.frames(sandbox_id, api.process(sandbox_id, "bash", "-c", "sleep 1000 & echo up"))
+        api.frames(sandbox_id, api.process(sandbox_id, "true", pty={"rows": 5, "cols": 9}))
+        api.data("POST", f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
+        port = str(20_000 + secrets.randbelow(20_000))  # no other test's, on a shared network
+        api.process(sandbox_id, "python3", "-m", "http.server", port, "--bind", "127.0.0.1")
+        preview = f"{emu.url}/_ingress/{sandbox_id}/{port}/"
+        wait_until(lambda: api.session.get(preview, timeout=10).ok, what="the preview URL")
+        with emu.client() as client:
+            client.build_template("leftovers", "FROM ubuntu:24.04\nRUN true\n")
+        api.session.close()
+    finally:
+        emu.close()
+
+    def leftovers() -> list[object]:
+        new_fds = set(os.listdir("/proc/self/fd")) - fds
+        return [
+            *(t.name for t in set(threading.enumerate()) - threads if t.name != "createos-cutoff"),
+            *(os.readlink(f"/proc/self/fd/{fd}") for fd in new_fds if _is_open(fd)),
+            *(_cmdline(pid) for pid in set(_children()) - children),
+        ]
+
+    with contextlib.suppress(pytest.fail.Exception):  # some threads end a moment later
+        wait_until(lambda: not leftovers(), what="nothing left", timeout=10)
+    assert leftovers() == []
+
+
+def _is_open(fd: str) -> bool:
+    return os.path.exists(f"/proc/self/fd/{fd}")
 
 
 def test_sandbox_path_maps_the_three_trees(emu: Emulator) -> None:

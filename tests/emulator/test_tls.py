@@ -16,6 +16,8 @@ import requests
 from createos_sync import Client, CreateosApiError
 from createos_sync.emulator import Emulator
 
+from .helpers import wait_until
+
 
 def test_serves_https_with_a_certificate_from_its_own_ca(
     make_emu: Callable[..., Emulator],
@@ -84,6 +86,27 @@ def test_command_line_tls_prints_what_a_client_needs() -> None:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=20) == 0
             assert not Path(ca_path).exists()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_the_ca_directory_goes_even_when_the_emulator_is_killed() -> None:
+    argv = [sys.executable, "-m", "createos_sync.emulator", "--tls", "--no-rate-limit",
+            "--isolation", "none"]  # fmt: skip
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            lines = [proc.stdout.readline() for _ in range(3)]
+            assert lines[2].startswith("CA certificate: "), lines
+            ca_dir = Path(lines[2].split(": ", 1)[1].strip()).parent
+            assert ca_dir.is_dir()
+            proc.send_signal(signal.SIGKILL)  # no cleanup code runs: the janitor removes it
+            proc.wait(timeout=20)
+            wait_until(lambda: not ca_dir.exists(), "the CA's directory to be removed")
         finally:
             if proc.poll() is None:
                 proc.kill()
