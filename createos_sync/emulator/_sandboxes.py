@@ -374,7 +374,8 @@ class SandboxStore:
         with sandbox.lock:
             if sandbox.settle() != "running":
                 if sandbox.settle() in ("destroying", "destroyed"):
-                    self.isolation.release(sandbox.storage)  # mounted again meanwhile
+                    self.isolation.release(sandbox.storage)  # mounted again meanwhile:
+                    sandbox.storage.remove()  # and its layer's folders made again
                 raise ApiError(409, "sandbox is no longer running")
             sandbox.processes[process.id] = process
             self._spawner.submit(self._start, sandbox, process).result()
