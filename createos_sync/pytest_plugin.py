@@ -94,6 +94,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         watch.stop()
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent where xdist is
 def pytest_testnodedown(node: object, error: object) -> None:
     """pytest-xdist's controller: a worker finished; keep the leaks it found."""
     found = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)

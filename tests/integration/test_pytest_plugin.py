@@ -169,3 +169,16 @@ def test_each_xdist_worker_has_an_emulator_and_a_leak_check_of_its_own(tmp_path:
     assert "(test_sample.py::test_leaks)" in leak_report(out)
     urls = set(re.findall(r"emulator (http://\S+)", out))
     assert len(urls) == 2  # one emulator per worker
+
+
+@pytest.mark.parametrize("plugins", [("-p", "no:xdist"), ()], ids=["without-xdist", "as-installed"])
+def test_an_unrelated_suite_passes_and_the_fixtures_work_without_xdist(
+    tmp_path: Path, plugins: tuple[str, ...]
+) -> None:
+    """The plugin loads into every run of every environment with the package (issue 20)."""
+    sample(tmp_path, "def test_unrelated():\n    assert 1\n", "test_unrelated.py")
+    status, out = pytest_run(tmp_path, *plugins, "test_unrelated.py")
+    assert status == 0 and "1 passed" in out, out
+    shutil.copy(EXAMPLE, tmp_path)
+    status, out = pytest_run(tmp_path, *plugins, EXAMPLE.name)
+    assert status == 0 and "4 passed" in out, out
