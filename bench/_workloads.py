@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from createos_sync._command import SHELL, Command, Gate
+from createos_sync._commands.command import SHELL, Command, Gate
 
 # Mixed text: ASCII, 2-, 3- and 4-byte UTF-8 characters, so that frames split characters.
 UNIT = ("ascii text with some words 0123456789 " * 3 + "é€ 日本語 🙂 ü\n").encode()

@@ -45,8 +45,8 @@ def build_body(total_bytes: int) -> tuple[list[bytes], dict[str, int], int]:
     """64 KiB chunks of the NDJSON body, the characters expected, the output bytes."""
     from _workloads import UNIT, UNIT_CHARS
 
-    from createos_sync.emulator._journal import End, Frame
-    from createos_sync.emulator._streams import data_line, exit_line
+    from createos_sync.emulator._machine.journal import End, Frame
+    from createos_sync.emulator._service.streams import data_line, exit_line
 
     units = total_bytes // len(UNIT)
     left = [units * 3 // 4 * len(UNIT), (units - units * 3 // 4) * len(UNIT)]
@@ -73,7 +73,7 @@ def build_body(total_bytes: int) -> tuple[list[bytes], dict[str, int], int]:
 
 
 class FakeStream:
-    """Just enough of ``createos_sync._http.Stream`` for the ``Follower``."""
+    """Just enough of ``createos_sync._wire.http.Stream`` for the ``Follower``."""
 
     def __init__(self, chunks: list[bytes]) -> None:
         self._chunks = chunks
@@ -97,9 +97,9 @@ class FakeStream:
 def variant(name: str, chunks: list[bytes], expected: dict[str, int]) -> Callable[[], None]:
     from _workloads import Counter, read_ndjson
 
-    from createos_sync._deadline import Deadline
-    from createos_sync._follow import Follower
-    from createos_sync._output import Capture
+    from createos_sync._commands.follow import Follower
+    from createos_sync._commands.output import Capture
+    from createos_sync._wire.deadline import Deadline
 
     def sdk(deliver: Callable[[str, str], None] | None, keep: Any = None) -> None:
         def open_stream(after: int, deadline: Any) -> Any:

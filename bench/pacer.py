@@ -20,8 +20,8 @@ from pathlib import Path
 
 from _common import Stats, heading, machine
 
-from createos_sync._budget import BudgetRecord, record_path
-from createos_sync._pacer import WINDOW_SECONDS, MachinePacer, Pacer
+from createos_sync._wire.budget import BudgetRecord, record_path
+from createos_sync._wire.pacer import WINDOW_SECONDS, MachinePacer, Pacer
 
 URL = "https://api.example"
 LIMIT = 10**9

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ._options import LeaseOptions as _LeaseOptions
-from ._reap import reap
-from ._registry import close_all
-from ._registry import open_leases as leases
+from ._sandboxes.options import LeaseOptions as _LeaseOptions
+from ._sandboxes.reap import reap
+from ._sandboxes.registry import close_all
+from ._sandboxes.registry import open_leases as leases
 from .client import Client
 from .config import Config
 from .errors import (

@@ -13,10 +13,12 @@ from typing import Any
 
 import requests
 
-from . import _api, _retry, templates
-from ._deadline import Deadline
-from ._http import Transport
-from ._options import LeaseOptions, OnExit, check_seconds
+from . import templates
+from ._sandboxes.options import LeaseOptions, OnExit, check_seconds
+from ._wire import api as _api
+from ._wire import retry as _retry
+from ._wire.deadline import Deadline
+from ._wire.http import Transport
 from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from ._server_text import SIGNAL, STATUS, TEMPLATE_STATUS, egress_rules, token, url_template
+from ._wire.server_text import SIGNAL, STATUS, TEMPLATE_STATUS, egress_rules, token, url_template
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
 # A sandbox in one of these states will not serve again: waits stop there.

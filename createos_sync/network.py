@@ -24,11 +24,11 @@ import ipaddress
 import math
 from urllib.parse import urlsplit
 
-from . import _api
-from ._box import Box
-from ._deadline import Deadline
-from ._options import check_egress
-from ._server_text import PORT_PLACEHOLDER, UNRECOGNISED, egress_rules
+from ._sandboxes.box import Box
+from ._sandboxes.options import check_egress
+from ._wire import api as _api
+from ._wire.deadline import Deadline
+from ._wire.server_text import PORT_PLACEHOLDER, UNRECOGNISED, egress_rules
 from .errors import CreateosError, Operation, OperationTimeout, ProtocolError
 from .models import SandboxInfo
 

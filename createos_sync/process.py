@@ -1,7 +1,7 @@
 """Background processes: ``Process``, read like ``subprocess.Popen``, and how one starts.
 
 The engine that creates a process, releases its start gate and follows its
-output is ``createos_sync._execution``; a ``Process`` follows it from a
+output is ``createos_sync._commands.execution``; a ``Process`` follows it from a
 thread of its own. ``start()`` costs three requests, like ``run()``.
 """
 
@@ -13,21 +13,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from . import _api
-from ._box import Box
-from ._command import Command, Gate, unwrap
-from ._containment import DEFAULT_GRACE
-from ._deadline import Deadline
-from ._execution import Execution, StdinData, launch, release
-from ._follow import Deliver
-from ._ndjson import Exit
-from ._output import Capture, LiveOutput, fan_out
-from ._terminal import Size, checked_size
-from .errors import (
-    CreateosCleanupError,
-    OperationTimeout,
-    SandboxUnavailable,
-)
+from ._commands.command import Command, Gate, unwrap
+from ._commands.execution import Execution, StdinData, launch, release
+from ._commands.follow import Deliver
+from ._commands.output import Capture, LiveOutput, fan_out
+from ._commands.terminal import Size, checked_size
+from ._sandboxes.box import Box
+from ._sandboxes.containment import DEFAULT_GRACE
+from ._wire import api as _api
+from ._wire.deadline import Deadline
+from ._wire.ndjson import Exit
+from .errors import CreateosCleanupError, OperationTimeout, SandboxUnavailable
 from .models import ProcessInfo
 from .result import RunResult, describe_args
 

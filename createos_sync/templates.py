@@ -26,17 +26,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import _api, _retry
-from ._deadline import Deadline
-from ._http import Stream, Transport
-from ._ndjson import split_lines
-from ._server_text import REDACTED, TEMPLATE_STATUS, log_line, token
-from .errors import (
-    CreateosApiError,
-    Operation,
-    ProtocolError,
-    TemplateBuildError,
-)
+from ._wire import api as _api
+from ._wire import retry as _retry
+from ._wire.deadline import Deadline
+from ._wire.http import Stream, Transport
+from ._wire.ndjson import split_lines
+from ._wire.server_text import REDACTED, TEMPLATE_STATUS, log_line, token
+from .errors import CreateosApiError, Operation, ProtocolError, TemplateBuildError
 from .models import Template
 
 DEFAULT_BUILD_TIMEOUT = 1800.0

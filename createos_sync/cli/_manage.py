@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from .._journal import Entry, Journal
-from .._reap import reap
+from .._sandboxes.journal import Entry, Journal
+from .._sandboxes.reap import reap
 from ..errors import CreateosError
 from ._local import account
 from ._report import EXIT_FAILURE, say

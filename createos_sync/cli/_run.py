@@ -23,12 +23,13 @@ import os
 import signal
 import sys
 
-from .. import _api, files
-from .._command import Command, validate_env
-from .._deadline import Deadline
-from .._options import DEFAULT_TTL, MIN_TTL
-from .._server_text import ID, token
-from .._terminal import EOF_KEY
+from .. import files
+from .._commands.command import Command, validate_env
+from .._commands.terminal import EOF_KEY
+from .._sandboxes.options import DEFAULT_TTL, MIN_TTL
+from .._wire import api as _api
+from .._wire.deadline import Deadline
+from .._wire.server_text import ID, token
 from ..client import Client
 from ..config import SHAPE_ENV, default_shape
 from ..errors import CreateosApiError, CreateosError, Operation, OperationTimeout

@@ -58,9 +58,9 @@ frames that stream has not sent, so the process blocks on write: a reading
 client loses nothing.
 """
 
-from ._faults import OPERATIONS, Fault
-from ._requestlog import RequestRecord
-from ._sandboxes import LiveProcess
-from ._server import Emulator
+from ._service.faults import OPERATIONS, Fault
+from ._service.requestlog import RequestRecord
+from ._service.server import Emulator
+from ._state.sandboxes import LiveProcess
 
 __all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord"]

@@ -10,7 +10,7 @@ import sys
 import threading
 from types import FrameType
 
-from ._server import Emulator
+from ._service.server import Emulator
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:

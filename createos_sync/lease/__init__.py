@@ -8,7 +8,7 @@ mixin that validates arguments and hands over to its engine module
 
 from __future__ import annotations
 
-from .._options import LeaseOptions, OnExit
+from .._sandboxes.options import LeaseOptions, OnExit
 from ._commands import DEFAULT_MAX_OUTPUT
 from ._display import DisplayMethods
 from ._features import FeatureMethods

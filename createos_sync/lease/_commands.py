@@ -1,6 +1,6 @@
 """The lease's commands: ``run`` to completion, ``start`` in the background, reattach.
 
-The engines are ``createos_sync._execution`` (run to the end) and ``createos_sync.process``
+The engines are ``createos_sync._commands.execution`` (run to the end) and ``createos_sync.process``
 (background processes); these methods validate arguments
 (before any request) and hand over.
 """
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from .. import _execution, files, process
-from .._command import Command
-from .._options import check_seconds
-from .._output import Capture, fan_out
-from .._output import echo as echo_output
-from .._terminal import Size, on_terminal, terminal_size
+from .. import files, process
+from .._commands import execution as _execution
+from .._commands.command import Command
+from .._commands.output import Capture, fan_out
+from .._commands.output import echo as echo_output
+from .._commands.terminal import Size, on_terminal, terminal_size
+from .._sandboxes.options import check_seconds
 from ..result import RunResult
 from ._core import LeaseCore
 

@@ -15,13 +15,27 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import _background, _journal, _registry, _sandbox, _shield
-from .._box import Box
-from .._containment import CleanupTime, terminate_unfinished
-from .._deadline import Deadline
-from .._journal import Journal
-from .._options import LeaseOptions, OnExit
-from .._watchdog import Watchdog
+from .._sandboxes import (
+    background as _background,
+)
+from .._sandboxes import (
+    journal as _journal,
+)
+from .._sandboxes import (
+    registry as _registry,
+)
+from .._sandboxes import (
+    sandbox as _sandbox,
+)
+from .._sandboxes import (
+    shield as _shield,
+)
+from .._sandboxes.box import Box
+from .._sandboxes.containment import CleanupTime, terminate_unfinished
+from .._sandboxes.journal import Journal
+from .._sandboxes.options import LeaseOptions, OnExit
+from .._sandboxes.watchdog import Watchdog
+from .._wire.deadline import Deadline
 from ..errors import (
     CreateosCleanupError,
     CreateosError,

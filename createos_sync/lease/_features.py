@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from .. import _api, _sandbox
+from .._sandboxes import sandbox as _sandbox
+from .._wire import api as _api
 from ..errors import CreateosError
 from ..models import SandboxInfo
 from ._core import LeaseCore

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from types import EllipsisType
 from typing import TypeVar
 
-from .._options import LeaseOptions, OnExit
+from .._sandboxes.options import LeaseOptions, OnExit
 from ._core import LeaseCore
 
 L = TypeVar("L", bound=LeaseCore)
@@ -33,7 +33,7 @@ class ForkMethods(LeaseCore):
         are not touched (a paused one stays paused). The new lease follows
         ``lease()``'s rules: journaled before and after, its sandbox destroyed
         at its close (``on_exit``), a lost answer recovered (see
-        ``createos_sync._fork``: the service takes no name on a fork, so
+        ``createos_sync._sandboxes.fork``: the service takes no name on a fork, so
         ``name`` is a prefix for the local journal only). It uses this lease's
         client and timeout. Safe to call from many threads at once.
 

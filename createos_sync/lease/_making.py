@@ -14,10 +14,13 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _api, _fork, _sandbox, _shield
-from .._deadline import Deadline
-from .._journal import Entry, Journal
-from .._options import LeaseOptions
+from .._sandboxes import fork as _fork
+from .._sandboxes import sandbox as _sandbox
+from .._sandboxes import shield as _shield
+from .._sandboxes.journal import Entry, Journal
+from .._sandboxes.options import LeaseOptions
+from .._wire import api as _api
+from .._wire.deadline import Deadline
 from ..errors import ConfigError, Operation
 from ..models import SandboxInfo
 

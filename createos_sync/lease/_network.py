@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import network
-from .._options import check_auto_pause, check_seconds
+from .._sandboxes.options import check_auto_pause, check_seconds
 from ..models import SandboxInfo
 from ._core import LeaseCore
 

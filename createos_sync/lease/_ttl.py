@@ -1,4 +1,4 @@
-"""The lease's side of its ttl (engine: ``createos_sync._watchdog``): when it is armed, let go.
+"""The lease's side of its ttl (engine: ``_sandboxes.watchdog``): when it is armed, let go.
 
 - Armed once, in ``open()``, where every way of opening (a creation, a fork,
   an attach) meets with the sandbox running. A fork made ``start_paused`` is
@@ -17,11 +17,11 @@ can neither renew, hold, stop nor fire the fork's watchdog.
 
 from __future__ import annotations
 
-from .. import _shield
-from .._box import Box
-from .._containment import CleanupTime
-from .._deadline import Deadline
-from .._watchdog import Watchdog
+from .._sandboxes import shield as _shield
+from .._sandboxes.box import Box
+from .._sandboxes.containment import CleanupTime
+from .._sandboxes.watchdog import Watchdog
+from .._wire.deadline import Deadline
 from ..errors import CreateosCleanupError, CreateosError
 from ..models import SandboxInfo
 

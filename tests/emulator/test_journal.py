@@ -6,8 +6,15 @@ import threading
 
 import pytest
 
-from createos_sync.emulator import _journal
-from createos_sync.emulator._journal import ABORTED, End, Expired, Frame, Journal, OffsetExpired
+from createos_sync.emulator._machine import journal as _journal
+from createos_sync.emulator._machine.journal import (
+    ABORTED,
+    End,
+    Expired,
+    Frame,
+    Journal,
+    OffsetExpired,
+)
 
 
 def test_seq_rises_by_one_across_streams_and_replays_after_n() -> None:

@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable
 
 from createos_sync.emulator import Emulator
-from createos_sync.emulator._journal import Journal
-from createos_sync.emulator._streams import ConnectStream
+from createos_sync.emulator._machine.journal import Journal
+from createos_sync.emulator._service.streams import ConnectStream
 
 from .helpers import Api, output, wait_until
 

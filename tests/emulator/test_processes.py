@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from createos_sync.emulator._isolation import Launch, NoIsolation
-from createos_sync.emulator._journal import End
-from createos_sync.emulator._processes import Command, ManagedProcess
-from createos_sync.emulator._proctree import read_stat as proc_stat
-from createos_sync.emulator._storage import Storage
+from createos_sync.emulator._machine.isolation import Launch, NoIsolation
+from createos_sync.emulator._machine.journal import End
+from createos_sync.emulator._machine.processes import Command, ManagedProcess
+from createos_sync.emulator._machine.proctree import read_stat as proc_stat
+from createos_sync.emulator._machine.storage import Storage
 
 from .helpers import Api, output, wait_until
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from createos_sync.emulator import Emulator
-from createos_sync.emulator._catalog import SHAPES
-from createos_sync.emulator._isolation import NoIsolation
-from createos_sync.emulator._sandboxes import SandboxSpec, SandboxStore
+from createos_sync.emulator._machine.isolation import NoIsolation
+from createos_sync.emulator._state.catalog import SHAPES
+from createos_sync.emulator._state.sandboxes import SandboxSpec, SandboxStore
 
 from .helpers import Api, wait_until
 

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from createos_sync.emulator import Emulator
-from createos_sync.emulator._ratelimit import RateLimiter
+from createos_sync.emulator._service.ratelimit import RateLimiter
 
 from .helpers import Api, wait_until
 

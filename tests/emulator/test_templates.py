@@ -8,7 +8,7 @@ import pytest
 
 from createos_sync import TemplateBuildError
 from createos_sync.emulator import Emulator
-from createos_sync.emulator._dockerfile import DockerfileError, assignments, parse, workdir
+from createos_sync.emulator._state.dockerfile import DockerfileError, assignments, parse, workdir
 
 from .helpers import Api
 

@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
-from createos_sync.emulator._terminal import open_terminal, read_output, with_controlling_tty
+from createos_sync.emulator._machine.terminal import (
+    open_terminal,
+    read_output,
+    with_controlling_tty,
+)
 
 from .helpers import Api, output
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from createos_sync._watchdog import NAME as WATCHDOG_NAME
+from createos_sync._sandboxes.watchdog import NAME as WATCHDOG_NAME
 from createos_sync.emulator import Emulator
 
 from ..waiting import wait_until as wait_until  # re-exported for the tests here

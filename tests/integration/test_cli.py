@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from createos_sync._journal import Entry, Journal
+from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.cli import main
 from createos_sync.emulator import Emulator
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from createos_sync import Client
-from createos_sync._http import DRAIN_SECONDS
+from createos_sync._wire.http import DRAIN_SECONDS
 from createos_sync.emulator import Emulator, Fault
 
 from .helpers import FAST, own_emulator

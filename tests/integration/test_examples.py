@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import createos_sync as cs
-from createos_sync._journal import Journal
+from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 
 from .subprocesses import emulator_env, finish, spawn

@@ -18,7 +18,7 @@ import pytest
 
 import createos_sync as cs
 from createos_sync import Client, Lease
-from createos_sync._journal import Journal
+from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 
 from .helpers import wait_until

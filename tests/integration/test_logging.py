@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from createos_sync._logredact import redact_queries_for
+from createos_sync._wire.logredact import redact_queries_for
 from createos_sync.emulator import Emulator
 
 from .helpers import own_emulator

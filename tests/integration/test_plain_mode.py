@@ -15,7 +15,7 @@ import pytest
 
 from createos_sync import Lease
 from createos_sync.emulator import Emulator
-from createos_sync.emulator._isolation import REPORTER
+from createos_sync.emulator._machine.isolation import REPORTER
 
 from .helpers import FAST, own_emulator, proc_state
 from .subprocesses import finish, read_until, spawn, wait_until

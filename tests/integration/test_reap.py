@@ -11,9 +11,10 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync import _api, reap
-from createos_sync._deadline import Deadline
-from createos_sync._journal import Entry, Journal
+from createos_sync import reap
+from createos_sync._sandboxes.journal import Entry, Journal
+from createos_sync._wire import api as _api
+from createos_sync._wire.deadline import Deadline
 from createos_sync.emulator import Emulator, Fault
 
 from .subprocesses import CLI, emulator_env, finish, read_until, spawn, wait_until

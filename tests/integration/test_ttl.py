@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from createos_sync import Client
-from createos_sync._journal import Journal
+from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 
 from .helpers import operations, own_emulator, processes_of, wait_until

@@ -32,7 +32,7 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync._journal import Journal
+from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator, Fault
 
 from ..integration.helpers import (

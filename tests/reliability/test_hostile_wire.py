@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import createos_sync as cs
-from createos_sync._deadline import Deadline
-from createos_sync._follow import Follower
-from createos_sync._http import decode_envelope
-from createos_sync._ndjson import MAX_LINE_BYTES, Exit
+from createos_sync._commands.follow import Follower
+from createos_sync._wire.deadline import Deadline
+from createos_sync._wire.http import decode_envelope
+from createos_sync._wire.ndjson import MAX_LINE_BYTES, Exit
 from createos_sync.errors import CreateosApiError, Operation
 
 from .conftest import KEY, examples

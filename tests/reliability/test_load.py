@@ -26,10 +26,10 @@ import pytest
 import requests
 
 import createos_sync as cs
-from createos_sync._http import Transport
-from createos_sync._pacer import Pacer
+from createos_sync._wire.http import Transport
+from createos_sync._wire.pacer import Pacer
 from createos_sync.emulator import Emulator, Fault
-from createos_sync.emulator._ratelimit import RateLimiter
+from createos_sync.emulator._service.ratelimit import RateLimiter
 
 from ..integration.helpers import sha256
 from .conftest import KEY, LEDGER, Ledger, check_no_leaks, same_digest

@@ -30,7 +30,7 @@ import responses
 
 import createos_sync as cs
 from createos_sync.emulator import Emulator, Fault
-from createos_sync.emulator import _app as emulator_app
+from createos_sync.emulator._service import app as emulator_app
 
 from .conftest import KEY, Ledger, assert_no_secrets, exception_texts, record_texts
 

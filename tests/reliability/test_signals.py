@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from createos_sync import reap
-from createos_sync._journal import Journal
+from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator, Fault
 
 from ..integration.helpers import FAST, operations, processes_of

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from createos_sync._background import Scheduler, clock
+from createos_sync._sandboxes.background import Scheduler, clock
 
 from ..waiting import wait_until
 

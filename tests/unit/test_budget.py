@@ -15,10 +15,10 @@ import pytest
 import responses
 
 from createos_sync import Client, OperationTimeout
-from createos_sync._budget import SLOTS, BudgetRecord, RecordBusy, _LockedFile, record_path
-from createos_sync._deadline import Deadline
-from createos_sync._http import Transport
-from createos_sync._pacer import MachinePacer, Pacer, shared_pacer
+from createos_sync._wire.budget import SLOTS, BudgetRecord, RecordBusy, _LockedFile, record_path
+from createos_sync._wire.deadline import Deadline
+from createos_sync._wire.http import Transport
+from createos_sync._wire.pacer import MachinePacer, Pacer, shared_pacer
 from createos_sync.config import Config
 
 from .test_pacer import FakeTime

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from createos_sync._command import Command, Gate
+from createos_sync._commands.command import Command, Gate
 
 PRINT_ARGV = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
 HOSTILE = [
@@ -162,7 +162,7 @@ def test_staged_stdin_is_found_under_tmpdir_when_tmp_is_elsewhere(
 def test_unwrap_recovers_the_users_command_without_env(
     cmd: str | list[str], env: dict[str, str]
 ) -> None:
-    from createos_sync._command import unwrap
+    from createos_sync._commands.command import unwrap
 
     command = Command.parse(cmd, env=env, cwd="/w")
     for gate in Gate:
@@ -171,7 +171,7 @@ def test_unwrap_recovers_the_users_command_without_env(
 
 
 def test_unwrap_leaves_foreign_args_alone() -> None:
-    from createos_sync._command import unwrap
+    from createos_sync._commands.command import unwrap
 
     assert unwrap(["-c", "echo hi"]) is None
     assert unwrap(["python3", "server.py"]) is None

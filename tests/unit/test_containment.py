@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from createos_sync._containment import CleanupTime, ProcessTable
-from createos_sync._deadline import Deadline
+from createos_sync._sandboxes.containment import CleanupTime, ProcessTable
+from createos_sync._wire.deadline import Deadline
 from createos_sync.errors import LeaseClosed
 
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from createos_sync._cutoff import Cutoff
-from createos_sync._deadline import Deadline
-from createos_sync._http import new_session
+from createos_sync._wire.cutoff import Cutoff
+from createos_sync._wire.deadline import Deadline
+from createos_sync._wire.http import new_session
 
 BODY = 100
 SHORT = 5

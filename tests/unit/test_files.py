@@ -17,8 +17,9 @@ import pytest
 import requests
 
 import createos_sync as cs
-from createos_sync import Client, _archive, files
+from createos_sync import Client, files
 from createos_sync.errors import UnsafeArchiveError
+from createos_sync.files import _archive
 
 from .wire import API, SANDBOX, Chunked, Service, exit_frame
 

@@ -16,7 +16,7 @@ import responses
 
 import createos_sync as cs
 from createos_sync import Client
-from createos_sync._journal import Entry, Journal, _process_start
+from createos_sync._sandboxes.journal import Entry, Journal, _process_start
 
 from .wire import API, SANDBOX, Service, sandbox
 

@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 import pytest
 
-from createos_sync import _journal
-from createos_sync._journal import Entry, Journal, enabled, state_dir
+from createos_sync._sandboxes import journal as _journal
+from createos_sync._sandboxes.journal import Entry, Journal, enabled, state_dir
 from createos_sync.errors import ConfigError
 
 URL = "https://api.example"
@@ -248,7 +248,7 @@ def test_an_unwritable_journal_refuses_to_record_and_says_how_to_fix_it(
 FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
-from createos_sync._journal import Entry, Journal
+from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.errors import ConfigError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from createos_sync._map_progress import Progress
+from createos_sync.fanout._progress import Progress
 
 
 class Terminal(io.StringIO):

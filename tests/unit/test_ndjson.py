@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from createos_sync import OutputLostError, ProtocolError
-from createos_sync._ndjson import HEARTBEAT, Data, Error, Exit, parse_frame, split_lines
+from createos_sync._wire.ndjson import HEARTBEAT, Data, Error, Exit, parse_frame, split_lines
 
 from .wire import data, exit_frame, ndjson
 

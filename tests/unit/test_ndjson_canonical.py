@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from createos_sync import ProtocolError
-from createos_sync._ndjson import Data, _canonical_data, parse_frame, parse_json_frame
-from createos_sync.emulator._journal import Frame
-from createos_sync.emulator._streams import data_line
+from createos_sync._wire.ndjson import Data, _canonical_data, parse_frame, parse_json_frame
+from createos_sync.emulator._machine.journal import Frame
+from createos_sync.emulator._service.streams import data_line
 
 
 def canonical(seq: int, stream: str, payload: bytes) -> bytes:

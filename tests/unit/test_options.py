@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync._options import DEFAULT_TTL, LeaseOptions
+from createos_sync._sandboxes.options import DEFAULT_TTL, LeaseOptions
 
 
 def _keywords(function: object) -> set[str]:

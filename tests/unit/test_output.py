@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from createos_sync._output import Capture, TailBuffer, fan_out
+from createos_sync._commands.output import Capture, TailBuffer, fan_out
 
 TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 # Any bytes at all: valid UTF-8 cut anywhere, lone continuation bytes, overlong and

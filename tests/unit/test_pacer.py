@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from createos_sync import OperationTimeout
-from createos_sync._deadline import Deadline
-from createos_sync._pacer import Pacer, shared_pacer
+from createos_sync._wire.deadline import Deadline
+from createos_sync._wire.pacer import Pacer, shared_pacer
 
 
 class FakeTime:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from createos_sync import Client, _progress
-from createos_sync.files import Meter, metered
+from createos_sync import Client
+from createos_sync.files import Meter, _progress, metered
 
 from .wire import SANDBOX, Service
 

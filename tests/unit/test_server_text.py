@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from createos_sync._server_text import (
+from createos_sync._wire.server_text import (
     ERROR_CODE,
     REQUEST_ID,
     SIGNAL,

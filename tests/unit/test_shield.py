@@ -9,7 +9,7 @@ import time
 import pytest
 
 import createos_sync as cs
-from createos_sync import _shield
+from createos_sync._sandboxes import shield as _shield
 
 
 def interrupt() -> None:

@@ -9,7 +9,7 @@ import time
 import requests
 import responses
 
-from createos_sync._http import DRAIN_BYTES, Stream
+from createos_sync._wire.http import DRAIN_BYTES, Stream
 
 URL = "https://api.test/v1/stream"
 EXIT = b'{"type":"exit","exit_code":0}\n'

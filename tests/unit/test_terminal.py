@@ -11,7 +11,7 @@ import pytest
 
 import createos_sync as cs
 from createos_sync import Client
-from createos_sync._terminal import terminal_size
+from createos_sync._commands.terminal import terminal_size
 
 from .wire import PROCESS, SANDBOX, Service, data, exit_frame
 

@@ -13,12 +13,12 @@ import requests
 
 import createos_sync as cs
 from createos_sync import Client
-from createos_sync._background import Job
-from createos_sync._box import Box
-from createos_sync._command import Command, Gate
-from createos_sync._deadline import Deadline
-from createos_sync._execution import launch
-from createos_sync._watchdog import HOLD, SCRIPT, STOP, Watchdog
+from createos_sync._commands.command import Command, Gate
+from createos_sync._commands.execution import launch
+from createos_sync._sandboxes.background import Job
+from createos_sync._sandboxes.box import Box
+from createos_sync._sandboxes.watchdog import HOLD, SCRIPT, STOP, Watchdog
+from createos_sync._wire.deadline import Deadline
 
 from ..waiting import wait_until
 from .wire import API, SANDBOX, WATCHDOG, Service, process

@@ -1,0 +1,266 @@
+"""Running one managed process to its end: creation, the start gate, following, stopping.
+
+``Lease.run`` and background ``Process`` objects share this one engine. A
+plain ``run("true")`` costs three requests: process creation, the output
+stream, and the stdin close that releases the start gate. ``stdin=`` adds
+one upload of the staged input. A terminal process (``pty``) costs the same:
+its gate is released by a typed key instead (see ``_command.RELEASE_KEY``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import BinaryIO, NoReturn
+
+from .. import files
+from .._sandboxes import sandbox as _sandbox
+from .._sandboxes.box import Box
+from .._sandboxes.containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
+from .._wire import api as _api
+from .._wire.deadline import Deadline
+from .._wire.http import Stream
+from .._wire.ndjson import Exit
+from ..errors import (
+    CreateosApiError,
+    CreateosError,
+    LeaseClosed,
+    ProtocolError,
+    add_note,
+    may_have_taken_effect,
+    restated,
+)
+from ..result import RunResult, describe_args
+from .command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate
+from .follow import Deliver, Follower, Keep
+from .output import Capture
+from .recovery import ServiceRecovery
+from .terminal import EOF_KEY, Size
+
+log = logging.getLogger("createos_sync.process")
+
+StdinData = str | bytes | bytearray | memoryview | BinaryIO
+
+
+def validate_stdin(stdin: object) -> None:
+    """Raise TypeError for stdin that is neither text, bytes nor a binary file."""
+    if stdin is None or isinstance(stdin, (str, bytes, bytearray, memoryview)):
+        return
+    if not callable(getattr(stdin, "read", None)):
+        raise TypeError("stdin must be str, bytes, a binary file object or None")
+
+
+def launch(
+    box: Box,
+    command: Command,
+    *,
+    gate: Gate,
+    stdin: StdinData | None,
+    deadline: Deadline,
+    pty: Size | None = None,
+) -> str:
+    """Stage stdin if any, create the process (on a terminal if ``pty``), record it; its id.
+
+    A creation whose outcome is unknown (no answer, or one without a usable
+    ``process_id``) poisons the lease: a process may exist that nobody can
+    name, so the sandbox must be destroyed at close. Once the lease closes,
+    no creation is sent (``LeaseClosed``); one sent before is waited for by
+    ``close()``, which then terminates its process.
+    """
+    if box.closing.is_set():
+        raise LeaseClosed("this lease is closing: no new process may start in it")
+    staged = None
+    if stdin is not None:
+        staged = files.scratch_path("stdin")
+        files.write(box, staged, stdin, deadline)
+    args = command.wrapper(gate, staged)
+    with box.table.creating():
+        try:
+            record = _api.create_process(
+                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty
+            )
+        except BaseException as exc:
+            if isinstance(exc, CreateosApiError) and exc.status == 409:
+                # The sandbox may have failed: that, not "HTTP 409", is what the caller must learn.
+                detail = "it can no longer start processes"
+                _sandbox.raise_if_unavailable(
+                    box.transport, box.sandbox_id, deadline, detail, box.explain
+                )
+            if not may_have_taken_effect(exc):
+                raise
+            _poison(box, exc)
+        process_id: str = record["process_id"]
+        box.table.started(process_id)
+    log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
+    if pty is not None and record.get("kind", "pty") != "pty":
+        # On pipes, the key that releases a terminal's gate would never
+        # release it: the process would wait forever. It must not stay.
+        Execution(box, process_id, lambda stream, text: None).terminate()
+        raise ProtocolError(f"the service started process {process_id} without a terminal")
+    return process_id
+
+
+def release(
+    box: Box, process_id: str, gate: Gate, deadline: Deadline, *, typed: bytes = b""
+) -> None:
+    """Open the start gate (1 request); ``typed`` follows the release key on a terminal."""
+    if gate is Gate.STDIN_EOF:
+        _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
+        return
+    key = RELEASE_LINE if gate is Gate.STDIN_LINE else RELEASE_KEY + typed
+    _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
+
+
+def _poison(box: Box, exc: BaseException) -> NoReturn:
+    """A process creation of unknown outcome: poison the lease, and say so in the error."""
+    box.table.ambiguous_creation()
+    log.error(
+        "process creation in sandbox %s failed without a clear answer: the lease is "
+        "poisoned and will destroy the sandbox when it closes",
+        box.sandbox_id,
+    )
+    poisoned = (
+        "the process may have been created; the lease is poisoned and will destroy "
+        f"sandbox {box.sandbox_id} when it closes"
+    )
+    said = restated(exc, poisoned, outcome_unknown=True)  # also an answer without a usable id
+    if said is exc:
+        add_note(exc, poisoned)
+        raise exc
+    raise said from None
+
+
+class Execution:
+    """One managed process followed from this client: its output and its end."""
+
+    def __init__(
+        self,
+        box: Box,
+        process_id: str,
+        deliver: Deliver | None,
+        *,
+        keep: Keep | None = None,
+        after: int = 0,
+    ) -> None:
+        self.box = box
+        self.id = process_id
+        recovery = ServiceRecovery(box, process_id)
+        self.follower = Follower(
+            self._connect, deliver, keep=keep, after=after, sleep=box.sleep, recovery=recovery
+        )
+
+    def _connect(self, after: int, deadline: Deadline) -> Stream:
+        return _api.connect_output(
+            self.box.transport, self.box.sandbox_id, self.id, after, deadline
+        )
+
+    def follow(self, deadline: Deadline, release: Callable[[], None] | None = None) -> Exit | None:
+        """Follow output to the exit frame; None if the deadline came first."""
+        exit_frame = self.follower.follow(deadline, release)
+        if exit_frame is not None:
+            self.box.table.finished(self.id)
+        return exit_frame
+
+    def terminate(self, grace: float = DEFAULT_GRACE) -> bool:
+        """Terminate the tree under a fresh deadline; True if its end is confirmed."""
+        confirmed = terminate_confirmed(
+            self.box.transport,
+            self.box.sandbox_id,
+            self.id,
+            budget=CleanupTime.of(self.box.transport),
+            grace=grace,
+        )
+        self.box.table.settle(self.id, confirmed)
+        if not confirmed:
+            log.error("termination of process %s could not be confirmed", self.id)
+        return confirmed
+
+    def cut_by_close(self, exit_frame: Exit | None) -> bool:
+        """Whether closing the lease ended the process: killed by a signal after closing
+        began terminating it (one that exited on its own meanwhile keeps its result)."""
+        return (
+            exit_frame is not None
+            and exit_frame.signal is not None
+            and self.box.table.was_cut(self.id)
+        )
+
+
+def stop(execution: Execution, escalate: Callable[[], None]) -> None:
+    """Terminate a process we stop following; a Ctrl-C meanwhile escalates to ``escalate``."""
+    try:
+        execution.terminate()
+    except KeyboardInterrupt:
+        log.warning(
+            "interrupted while terminating process %s: destroying the sandbox", execution.id
+        )
+        escalate()
+        raise
+
+
+def run(
+    box: Box,
+    command: Command,
+    *,
+    stdin: StdinData | None,
+    timeout: float,
+    capture: Capture,
+    deliver: Deliver | None,
+    escalate: Callable[[], None],
+    pty: Size | None = None,
+) -> RunResult:
+    """Run ``command`` to its end, or to its timeout, and return what it left behind.
+
+    Whatever interrupts the run (an error, Ctrl-C) first terminates the
+    process tree, then propagates. ``escalate`` is called when a second
+    Ctrl-C arrives during that termination: it destroys the sandbox. A
+    process that closing the lease terminated (from another thread) raises
+    ``LeaseClosed``, or, when the lease reached its ``max_lifetime``, ends
+    as timed out; one that exited on its own meanwhile keeps its result. On
+    a terminal, nobody types: the release key is followed by a Ctrl-D, so
+    that a command reading lines sees the end of its input at once, as a
+    pipe command sees an empty stdin.
+    """
+    started = time.monotonic()
+    deadline = Deadline.after(timeout)
+    gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
+    process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
+    execution = Execution(box, process_id, deliver, keep=capture.write)
+    try:
+        exit_frame = execution.follow(
+            deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
+        )
+    except BaseException as exc:
+        if not (box.closing.is_set() and isinstance(exc, CreateosError)):
+            stop(execution, escalate)
+            raise
+        exit_frame, cut = None, True  # the lease closed under this run
+    else:
+        cut = execution.cut_by_close(exit_frame)
+        if exit_frame is None:
+            log.info("process %s timed out after %g s: terminating it", process_id, timeout)
+            stop(execution, escalate)
+    execution.follower.flush()
+    if cut and not box.table.expired:
+        raise LeaseClosed(
+            f"the lease was closed while command {describe_args(command.args)} ran: closing it "
+            f"terminated process {process_id}"
+        )
+    timed_out = exit_frame is None or cut
+    signal = None if exit_frame is None else exit_frame.signal
+    exit_code = None if timed_out or exit_frame is None or signal else exit_frame.exit_code
+    result = RunResult(
+        args=command.args,
+        exit_code=exit_code,
+        stdout=capture.stdout.getvalue(),
+        stderr=capture.stderr.getvalue(),
+        process_id=process_id,
+        signal=signal,
+        timed_out=timed_out,
+        truncated=capture.truncated,
+        duration=time.monotonic() - started,
+        timeout=timeout,
+    )
+    execution.follower.raise_if_lost(result)
+    return result
+

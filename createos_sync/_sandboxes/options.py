@@ -1,0 +1,223 @@
+"""``LeaseOptions``: every choice a lease is made with, validated once, passed around whole.
+
+``cs.lease``, ``Client.lease``, ``Lease.fork`` and ``cs.map`` spell the
+options out as named keywords (they are the contract, and what ``help()``
+shows); each builds one ``LeaseOptions``, so that validation lives here only
+and invalid arguments raise before any request is sent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from types import EllipsisType
+from typing import Any, Literal
+
+import attrs
+
+from .._commands.command import validate_env
+from ..config import default_shape
+
+OnExit = Literal["destroy", "keep", "pause"]
+ON_EXIT_CHOICES = ("destroy", "keep", "pause")
+DEFAULT_TTL = 900.0
+MIN_TTL = 5.0
+AUTO_PAUSE_RANGE = (60, 86400)
+
+# ``ttl=...`` (the default): 900 s for a sandbox the lease creates or forks, off when attaching.
+Default = EllipsisType
+
+
+def check_seconds(name: str, value: object) -> float | None:
+    """A positive, finite number of seconds, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds or None")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive, finite number of seconds")
+    return float(value)
+
+
+def check_egress(rules: object) -> tuple[str, ...] | None:
+    """Egress rules: a sequence of non-empty strings (host names, ``*.`` wildcards, CIDRs)."""
+    if rules is None:
+        return None
+    if isinstance(rules, (str, bytes, Mapping)) or not isinstance(rules, Sequence):
+        raise ValueError(
+            'egress must be a sequence of rule strings, e.g. ["pypi.org", "10.0.0.0/8"]'
+        )
+    checked = []
+    for rule in rules:
+        if not isinstance(rule, str) or not rule.strip():
+            raise ValueError("every egress rule must be a non-empty str")
+        if any(c.isspace() or not c.isprintable() for c in rule):
+            raise ValueError("an egress rule must not contain spaces or control characters")
+        checked.append(rule)
+    return tuple(checked)
+
+
+def check_auto_pause(seconds: object) -> int | None:
+    """CreateOS's idle auto-pause: whole seconds in 60..86400, or None."""
+    if seconds is None:
+        return None
+    low, high = AUTO_PAUSE_RANGE
+    whole = isinstance(seconds, int) or (isinstance(seconds, float) and seconds.is_integer())
+    if isinstance(seconds, bool) or not whole or not low <= seconds <= high:  # type: ignore[operator]
+        raise ValueError(f"auto-pause must be whole seconds in {low}..{high}")
+    return int(seconds)  # type: ignore[call-overload,no-any-return]
+
+
+def _check_name(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 48:
+        raise ValueError("name must be a non-empty str of at most 48 characters")
+    if not all(c.isalnum() or c in "-_." for c in value):
+        raise ValueError("name may hold letters, digits, '-', '_' and '.' only")
+    return value
+
+
+def _nonempty(what: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"{what} must be a non-empty str")
+    return value
+
+
+def _check_shape(value: object) -> str | None:
+    return _nonempty("shape", value)
+
+
+def _check_rootfs(value: object) -> str | None:
+    return _nonempty("rootfs", value)
+
+
+def _check_region(value: object) -> str | None:
+    return _nonempty("region", value)
+
+
+def _check_sandbox_id(value: object) -> str | None:
+    return _nonempty("sandbox_id", value)
+
+
+def _check_fork_from(value: object) -> str | None:
+    return _nonempty("fork_from", value)
+
+
+def _check_max_lifetime(value: object) -> float | None:
+    return check_seconds("max_lifetime", value)
+
+
+def _check_timeout(value: object) -> float | None:
+    return check_seconds("timeout", value)
+
+
+def _check_on_exit(value: object) -> OnExit | None:
+    if value is not None and value not in ON_EXIT_CHOICES:
+        raise ValueError(f"on_exit must be one of {', '.join(ON_EXIT_CHOICES)}")
+    return value  # type: ignore[return-value]
+
+
+def _check_ttl(value: object) -> float | Default | None:
+    if value is ...:
+        return ...
+    seconds = check_seconds("ttl", value)
+    if seconds is not None and seconds < MIN_TTL:
+        raise ValueError(f"ttl must be at least {MIN_TTL:g} seconds (or None to turn it off)")
+    return seconds
+
+
+def _check_flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("journal and start_paused must be True or False")
+    return value
+
+
+def _check_ingress(value: object) -> bool | None:
+    # None: not asked for (a fork keeps its source's setting; a new sandbox has none).
+    if value is not None and not isinstance(value, bool):
+        raise TypeError("ingress must be True, False or None")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class LeaseOptions:
+    """How a lease gets its sandbox and what it does with it at the end."""
+
+    shape: str | None = attrs.field(default=None, converter=_check_shape)
+    rootfs: str | None = attrs.field(default=None, converter=_check_rootfs)
+    region: str | None = attrs.field(default=None, converter=_check_region)
+    name: str | None = attrs.field(default=None, converter=_check_name)
+    egress: tuple[str, ...] | None = attrs.field(default=None, converter=check_egress)
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=validate_env, repr=False)
+    ingress: bool | None = attrs.field(default=False, converter=_check_ingress)
+    auto_pause_after: int | None = attrs.field(default=None, converter=check_auto_pause)
+    max_lifetime: float | None = attrs.field(default=None, converter=_check_max_lifetime)
+    ttl: float | Default | None = attrs.field(default=..., converter=_check_ttl)
+    sandbox_id: str | None = attrs.field(default=None, converter=_check_sandbox_id)
+    fork_from: str | None = attrs.field(default=None, converter=_check_fork_from)
+    start_paused: bool = attrs.field(default=False, converter=_check_flag)
+    on_exit: OnExit | None = attrs.field(default=None, converter=_check_on_exit)
+    timeout: float | None = attrs.field(default=None, converter=_check_timeout)
+    journal: bool = attrs.field(default=True, converter=_check_flag)
+
+    def __attrs_post_init__(self) -> None:
+        if self.sandbox_id is not None and self.fork_from is not None:
+            raise ValueError("give sandbox_id (attach) or fork_from (fork), not both")
+        if self.sandbox_id is not None or self.fork_from is not None:
+            fixed = [k for k in ("shape", "rootfs", "region") if getattr(self, k) is not None]
+            if fixed:
+                raise ValueError(
+                    f"{', '.join(fixed)} cannot be chosen for an existing sandbox or a fork "
+                    "(a fork keeps its source's)"
+                )
+        if self.sandbox_id is not None and (self.egress is not None or self.env or self.ingress):
+            raise ValueError(
+                "egress, env and ingress apply to a new sandbox; an attached one keeps its own"
+            )
+        if self.fork_from is not None and self.auto_pause_after is not None:
+            raise ValueError("auto_pause_after cannot be chosen for a fork (set it once it runs)")
+        if self.start_paused and self.fork_from is None:
+            raise ValueError("start_paused applies to a fork only (give fork_from)")
+
+    @property
+    def creates(self) -> bool:
+        """Whether the lease makes its sandbox (a creation or a fork) rather than attach."""
+        return self.sandbox_id is None
+
+    @property
+    def effective_on_exit(self) -> OnExit:
+        return self.on_exit or ("destroy" if self.creates else "keep")
+
+    @property
+    def effective_ttl(self) -> float | None:
+        if self.ttl is ...:
+            return DEFAULT_TTL if self.creates else None
+        return self.ttl
+
+    def creation_body(self) -> dict[str, Any]:
+        """The ``POST /sandboxes`` fields these options ask for (the unique name aside)."""
+        body: dict[str, Any] = {
+            "shape": self.shape or default_shape(),
+            "rootfs": self.rootfs,
+            "region": self.region,
+            "egress": list(self.egress) if self.egress is not None else None,
+            "envs": dict(self.env) or None,
+            "ingress_enabled": self.ingress or None,
+            "auto_pause_after_seconds": self.auto_pause_after,
+        }
+        return {k: v for k, v in body.items() if v is not None}
+
+    def fork_body(self) -> dict[str, Any]:
+        """The ``POST /sandboxes/{id}/fork`` fields these options ask for.
+
+        The service takes no name on a fork (the name stays in the local
+        journal); what is not given is the source's (ingress None, egress None).
+        """
+        body: dict[str, Any] = {
+            "start_paused": self.start_paused or None,
+            "egress": list(self.egress) if self.egress is not None else None,
+            "envs": dict(self.env) or None,
+            "ingress_enabled": self.ingress,
+        }
+        return {k: v for k, v in body.items() if v is not None}

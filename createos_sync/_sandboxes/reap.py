@@ -1,0 +1,250 @@
+"""Reaping: destroy the sandboxes whose leases died without closing them.
+
+A lease records every sandbox it creates in the local lease journal (see
+``createos_sync._sandboxes.journal``) and removes the entry once the sandbox is
+destroyed or deliberately kept. An entry whose owning process is gone (a
+script killed with SIGKILL, a crashed kernel, a lost creation reply) names a
+sandbox that may still be running and billed: ``reap()`` destroys it, then
+forgets the entry. Entries of other hosts and of other base URLs are left
+alone, and so are those of live processes unless asked (``all=True``, the
+CLI's ``--all``, confirming each owner's pid).
+
+Nothing is dropped that a human may need: an entry that cannot be read, and
+a damaged journal set aside (see ``createos_sync._sandboxes.journal``), are reported
+one line each and kept, while the readable entries beside them are reaped.
+
+An entry of a dead owner whose base URL is a loopback address where nothing
+listens any more names a sandbox of a local emulator that has ended, and an
+emulator's sandboxes end with it: the entry is forgotten (and the outcome
+says so). Finding that out costs one TCP connection attempt, no request.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
+
+import attrs
+
+from ..errors import CreateosError
+from ..network import is_loopback
+from .fork import CLOCK_MARGIN, unclaimed_forks
+from .journal import Entry, Journal, Unreadable
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..models import SandboxInfo
+
+Action = Literal[
+    "destroyed", "would destroy", "forgotten", "would forget", "skipped", "failed", "unreadable"
+]
+Confirm = Callable[[Entry], bool]
+PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at once if closed
+
+
+@attrs.frozen
+class Reaped:
+    """What ``reap`` did (or, in a dry run, would do) about one journal entry."""
+
+    name: str
+    action: Action
+    reason: str
+    sandbox_ids: tuple[str, ...] = ()
+
+    @property
+    def needs_attention(self) -> bool:
+        """True when a human must act: a destroy failed, or an entry could not be read."""
+        return self.action in ("failed", "unreadable")
+
+    def describe(self) -> str:
+        """One human-readable line."""
+        if self.action == "unreadable":
+            return f"unreadable {self.name}: {self.reason}"
+        what = ", ".join(self.sandbox_ids) or f"(no sandbox) {self.name}"
+        return f"{self.action} {what}: {self.reason}"
+
+
+def reap(
+    client: Client,
+    *,
+    dry_run: bool = False,
+    all: bool = False,  # named after the CLI's --all
+    confirm: Confirm | None = None,
+    journal: Journal | None = None,
+) -> list[Reaped]:
+    """Destroy the journaled sandboxes of ``client``'s base URL whose owning process is gone.
+
+    An entry without a sandbox id (the process died while the creation was
+    in flight) is resolved by its unique name; a fork's (the service takes
+    no name on a fork) by the rule of ``_fork``: the one fork of its source
+    made since the entry that no journal entry claims (several: none is
+    destroyed, and the entry is reported as failed). Resolved entries are removed
+    from the journal; an entry whose sandbox could not be destroyed is kept,
+    so that a later reap tries again. Nothing is changed when ``dry_run``.
+
+    ``all=True`` also destroys the sandboxes of owners that still run on
+    this host (a notebook kernel that lost track of its lease; this very
+    process's open leases included), each only if ``confirm(entry)`` says
+    yes when ``confirm`` is given (the CLI asks for the owner's pid).
+
+    An entry that cannot be read, and a damaged journal file set aside, are
+    reported as ``"unreadable"`` (with the sandbox of that name, if one
+    exists) and kept for a human; every other entry is still reaped.
+
+    Request budget: one listing (only if an entry lacks its sandbox id, shared
+    by all of them) plus one destroy per sandbox found.
+    """
+    journal = journal if journal is not None else Journal()
+    base_url = client.config.base_url
+    survey = journal.survey()
+    by_name = _NameLookup(client, {e.sandbox_id for e in survey.entries if e.sandbox_id})
+    outcomes = []
+    for entry in survey.entries:
+        gone = _emulator_gone(entry)
+        if gone is not None:
+            action: Action = "would forget" if dry_run else "forgotten"
+            outcomes.append(Reaped(entry.name, action, gone, _ids(entry)))
+            if not dry_run:
+                journal.remove(entry.name)
+            continue
+        skip = _reason_to_skip(entry, base_url, all, confirm)
+        if skip is not None:
+            outcomes.append(Reaped(entry.name, "skipped", skip, _ids(entry)))
+            continue
+        outcome = _reap_entry(client, entry, by_name, dry_run=dry_run)
+        if outcome.action in ("destroyed", "forgotten"):
+            journal.remove(entry.name)
+        outcomes.append(outcome)
+    outcomes += [_unreadable(bad, by_name) for bad in survey.unreadable]
+    return outcomes
+
+
+def _reason_to_skip(
+    entry: Entry, base_url: str, everything: bool, confirm: Confirm | None
+) -> str | None:
+    if entry.base_url != base_url:
+        return f"recorded for {entry.base_url} (reap there with CREATEOS_API_URL={entry.base_url})"
+    alive = entry.owner_alive()
+    if alive is None:
+        return f"its lease belongs to a process on host {entry.host}"
+    if not alive:
+        return None
+    if not everything:
+        return f"its lease is still held by process {entry.pid} (`reap --all` takes it anyway)"
+    if confirm is not None and not confirm(entry):
+        return f"its lease is still held by process {entry.pid}, and that was not confirmed"
+    return None
+
+
+def _emulator_gone(entry: Entry) -> str | None:
+    """Why ``entry`` can be forgotten: its owner died, and so did the loopback emulator
+    that served its sandbox (nothing accepts a connection on that port); else None."""
+    parts = urlsplit(entry.base_url)
+    host = parts.hostname or ""
+    if not is_loopback(host):
+        return None
+    if entry.owner_alive() is not False:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT).close()
+    except ConnectionRefusedError:
+        return (
+            f"the emulator at {entry.base_url} no longer answers, and its sandboxes "
+            f"ended with it (its owner, process {entry.pid}, is gone)"
+        )
+    except OSError:  # no clear answer: leave the entry to the usual rules
+        return None
+    return None
+
+
+def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:
+    alive = entry.owner_alive()
+    why = (
+        f"taken from its owner, process {entry.pid}, which still runs"
+        if alive
+        else f"its owner (process {entry.pid}) is gone"
+    )
+    if entry.sandbox_id is not None:
+        sandbox_ids: tuple[str, ...] = (entry.sandbox_id,)
+    else:
+        try:
+            sandbox_ids = by_name.forks(entry) if entry.fork_from else by_name(entry.name)
+        except CreateosError as exc:
+            return Reaped(entry.name, "failed", f"{why}; looking it up failed: {exc}")
+        if len(sandbox_ids) > 1 and entry.fork_from:
+            found = ", ".join(sandbox_ids)
+            return Reaped(
+                entry.name,
+                "failed",
+                f"{why}; its fork is one of {found}: destroy it with `createos-sync destroy ID`",
+            )
+        if not sandbox_ids:
+            missing = "no unclaimed fork of its source" if entry.fork_from else (
+                "no sandbox of its name"
+            )  # fmt: skip
+            return Reaped(
+                entry.name,
+                "would forget" if dry_run else "forgotten",
+                f"{why}; {missing} exists",
+            )
+    if dry_run:
+        return Reaped(entry.name, "would destroy", why, sandbox_ids)
+    failures = []
+    for sandbox_id in sandbox_ids:
+        try:
+            client.destroy(sandbox_id)
+        except CreateosError as exc:
+            failures.append(f"{sandbox_id}: {exc}")
+    if failures:
+        return Reaped(
+            entry.name, "failed", f"{why}; destroying failed ({'; '.join(failures)})", sandbox_ids
+        )
+    return Reaped(entry.name, "destroyed", why, sandbox_ids)
+
+
+def _unreadable(bad: Unreadable, by_name: _NameLookup) -> Reaped:
+    """Report an entry or file that cannot be read, with the sandbox its name still finds."""
+    found: tuple[str, ...] = (bad.sandbox_id,) if bad.sandbox_id else ()
+    if not found and bad.name is not None:
+        try:
+            found = by_name(bad.name)
+        except CreateosError:
+            found = ()  # the line stands without it: a human checks either way
+    about = f"lease {bad.name}: " if bad.name else ""
+    live = f"; sandbox {', '.join(found)} may belong to it" if found else ""
+    return Reaped(bad.source.name, "unreadable", f"{about}{bad.reason}{live}", found)
+
+
+def _ids(entry: Entry) -> tuple[str, ...]:
+    return (entry.sandbox_id,) if entry.sandbox_id is not None else ()
+
+
+class _NameLookup:
+    """Sandbox ids by name (or, for a fork, by source), from one listing made on first use."""
+
+    def __init__(self, client: Client, claimed: set[str]) -> None:
+        self._list: Callable[[], list[SandboxInfo]] = client.sandboxes
+        self._sandboxes: list[SandboxInfo] | None = None
+        self._by_name: dict[str, list[str]] | None = None
+        self._claimed = claimed  # the journal's sandbox ids: no lost fork is one of them
+
+    def _listing(self) -> list[SandboxInfo]:
+        if self._sandboxes is None:
+            self._sandboxes = self._list()
+        return self._sandboxes
+
+    def __call__(self, name: str) -> tuple[str, ...]:
+        if self._by_name is None:
+            self._by_name = {}
+            for sandbox in self._listing():
+                if sandbox.name is not None and sandbox.status != "destroyed":
+                    self._by_name.setdefault(sandbox.name, []).append(sandbox.id)
+        return tuple(self._by_name.get(name, ()))
+
+    def forks(self, entry: Entry) -> tuple[str, ...]:
+        assert entry.fork_from is not None
+        since = entry.created_at - CLOCK_MARGIN
+        return tuple(unclaimed_forks(self._listing(), entry.fork_from, since, self._claimed))

@@ -1,0 +1,198 @@
+"""Wall-clock deadlines on the wire: a request still running at its deadline is cut.
+
+A socket's read timeout bounds each wait for a byte, not a whole answer: a
+server that trickles one byte every half second keeps a read alive for ever,
+whatever the timeout. So every request carries a ``Cutoff``: when its
+deadline passes, one alarm thread shuts the request's socket down, which
+ends the read in progress at once; the transport then reports it as an
+answer that did not come before the deadline.
+
+The socket is found through the connection classes of the transport's own
+pools (``POOL_CLASSES``): a connection that sends a request is claimed by
+the cutoff of the thread sending it, and released when it goes back to its
+pool, so that an alarm never cuts a connection serving another request. A
+``requests.Session`` given by the caller keeps its own pools: its requests
+are bounded by per-read timeouts only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3.connection
+import urllib3.connectionpool
+
+from .deadline import Deadline
+
+_lock = threading.Lock()  # guards every claim, release and firing
+_local = threading.local()
+
+
+class Cutoff:
+    """The deadline of one request; once it fires, the connection it claimed is cut."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.fired = False
+        self._over = False
+        self._conn: _Claimable | None = None
+        self.at = time.monotonic() + deadline.remaining()
+        if math.isfinite(self.at):
+            _ALARMS.schedule(self)
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        """Connections that send a request from this thread meanwhile are claimed."""
+        previous = getattr(_local, "cutoff", None)
+        _local.cutoff = self
+        try:
+            yield
+        finally:
+            _local.cutoff = previous
+
+    def cancel(self) -> None:
+        """The request is over: the alarm must not touch its connection any more."""
+        with _lock:
+            self._over = True
+            self._let_go()
+
+    def _claim(self, conn: _Claimable) -> None:
+        with _lock:
+            if self._over:
+                return
+            conn.createos_cutoff = self
+            self._conn = conn
+            if self.fired:
+                _shut(conn)
+
+    def _fire(self) -> None:
+        with _lock:
+            if self._over:
+                return
+            self.fired = True
+            if self._conn is not None and self._conn.createos_cutoff is self:
+                _shut(self._conn)
+
+    def _let_go(self) -> None:
+        if self._conn is not None and self._conn.createos_cutoff is self:
+            self._conn.createos_cutoff = None
+        self._conn = None
+
+    def __enter__(self) -> Cutoff:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cancel()
+
+
+def _shut(conn: _Claimable) -> None:
+    sock = getattr(conn, "sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown, even under TLS: it wakes the blocked read
+            # without touching the TLS object that the reading thread is using.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Alarms:
+    """One daemon thread firing cutoffs at their time; started on first use."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Cutoff]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, cutoff: Cutoff) -> None:
+        with self._cond:
+            self._drop_finished()
+            heapq.heappush(self._heap, (cutoff.at, next(self._order), cutoff))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="createos-cutoff", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0][2] is cutoff:
+                self._cond.notify()  # due before the one the thread sleeps until
+            # else the thread's sleep ends earlier anyway: no wake-up per request
+
+    def _drop_finished(self) -> None:
+        # Most requests end long before their deadline: forget them now and then.
+        if len(self._heap) > 1024:
+            self._heap = [entry for entry in self._heap if not entry[2]._over]
+            heapq.heapify(self._heap)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                due = heapq.heappop(self._heap)[2]
+            due._fire()
+
+    def reset_after_fork(self) -> None:
+        self._cond = threading.Condition()
+        self._heap = []
+        self._thread = None
+
+
+_ALARMS = _Alarms()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ALARMS.reset_after_fork)
+
+
+class _Claimable:
+    """Mixed into a connection class: the cutoff of the sending thread claims it."""
+
+    createos_cutoff: Cutoff | None = None
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        cutoff: Cutoff | None = getattr(_local, "cutoff", None)
+        if cutoff is not None:
+            cutoff._claim(self)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _HTTPConnection(_Claimable, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_Claimable, urllib3.connection.HTTPSConnection):
+    pass
+
+
+def _release(conn: Any) -> None:
+    with _lock:
+        if isinstance(conn, _Claimable):
+            conn.createos_cutoff = None
+
+
+class _HTTPPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+    def _put_conn(self, conn: Any) -> None:
+        _release(conn)
+        super()._put_conn(conn)
+
+
+class _HTTPSPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+    def _put_conn(self, conn: Any) -> None:
+        _release(conn)
+        super()._put_conn(conn)
+
+
+POOL_CLASSES: dict[str, type[urllib3.connectionpool.HTTPConnectionPool]] = {
+    "http": _HTTPPool,
+    "https": _HTTPSPool,
+}

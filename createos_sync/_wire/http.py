@@ -1,0 +1,501 @@
+"""The transport: session, authentication, pacing, retries, JSend decoding, error mapping.
+
+This is the only module that imports ``requests``. Everything above it sees
+``Reply`` objects, ``Stream`` objects and ``createos_sync`` errors, never a
+``requests`` exception. Error messages and log lines carry the method, the
+path (never the query string), the status and the request id: nothing from
+a header, and from a body only the ``message`` of a 4xx, scrubbed of the
+key and of every value that request sent (the transport knows them: the
+string leaves of the JSON body and the query's values), since CreateOS
+error bodies may echo secrets. Every request is cut at its deadline
+(``_cutoff``), however slowly its answer trickles in.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import requests
+import requests.adapters
+import urllib3.exceptions
+
+from ..config import Config
+from ..errors import CreateosApiError, OperationTimeout, ProtocolError
+from . import cutoff as _cutoff
+from . import retry as _retry
+from .cutoff import Cutoff
+from .deadline import Deadline
+from .logredact import redact_queries_for
+from .pacer import Pacer, shared_pacer
+from .retry import Repeat
+from .server_text import REQUEST_ID, scrub, sent_values, token
+
+log = logging.getLogger("createos_sync.http")
+
+CONNECT_TIMEOUT = 10.0
+POOL_SIZE = 32
+CHUNK_SIZE = 64 * 1024
+# After a stream's last expected frame, how long and how much of the body's rest is
+# read for the connection's sake: the service ends the body right after the exit frame.
+DRAIN_SECONDS = 0.25
+DRAIN_BYTES = 16 * 1024
+USER_AGENT = "createos-sync/0.1.0"
+
+Body = bytes | Callable[[], Any] | None
+
+LATE = "no answer before the deadline"
+# Fixed explanations of statuses whose meaning does not depend on the request.
+PLAIN_STATUS_TEXT = {
+    401: "the API key was rejected (check CREATEOS_API_KEY)",
+    402: "the account cannot create more sandboxes: payment required",
+}
+
+
+@attrs.frozen
+class Reply:
+    """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status."""
+
+    status: int
+    data: Any
+    request_id: str | None
+
+
+class Stream:
+    """A streaming answer, read as raw byte chunks; a broken connection raises
+    ``CreateosApiError`` with ``status=None``.
+
+    Closing a stream whose body was read to its end returns the connection to
+    the pool; closing it earlier discards the connection. ``finish`` reads
+    what little is left after a reader is done, so that it can be reused.
+    """
+
+    def __init__(
+        self, response: requests.Response, operation: str, cutoff: Cutoff | None = None
+    ) -> None:
+        self._response = response
+        self._cutoff = cutoff
+        self._body: Iterator[bytes] | None = None
+        self.operation = operation
+        self.status = response.status_code
+        self.request_id = _request_id(response)
+
+    @property
+    def length(self) -> int | None:
+        """The body's size in bytes when the answer gives it (and does not compress it)."""
+        value = self._response.headers.get("Content-Length", "")
+        encoding = self._response.headers.get("Content-Encoding", "identity")
+        if not value.isdigit() or encoding.strip().lower() != "identity":
+            return None
+        return int(value)
+
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """Yield the body as it arrives; at the deadline, the stream breaks off."""
+        if self._body is None:
+            self._body = self._response.iter_content(size)
+        broke = None
+        try:
+            # A loop, not ``yield from``: a reader that stops early closes this generator,
+            # which must leave the body itself to ``finish``.
+            for chunk in self._body:  # noqa: UP028 (see above)
+                yield chunk
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            broke = f"the stream broke ({type(exc).__name__})"
+        if self._cutoff is not None and self._cutoff.fired:
+            broke = LATE  # even a clean end: a cut socket may just look closed
+        if broke is not None:
+            raise CreateosApiError(self.operation, None, detail=broke)
+
+    def finish(self, seconds: float = DRAIN_SECONDS, limit: int = DRAIN_BYTES) -> bool:
+        """Read the rest of the body, if it ends within ``seconds`` and ``limit`` bytes.
+
+        True when it ended: ``close`` then returns the connection to the pool.
+        A server that keeps the stream open costs at most about ``seconds``
+        (each read waits at most what is left of them), then the connection
+        is discarded as before. What is read here is thrown away.
+        """
+        if self._body is None:
+            self._body = self._response.iter_content(CHUNK_SIZE)
+        ends = time.monotonic() + seconds
+        received = 0
+        try:
+            while received <= limit:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    return False
+                self._bound_reads(left)
+                received += len(next(self._body))
+        except StopIteration:
+            return True
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
+            pass  # timed out or broke: the connection is not reusable
+        return False
+
+    def _bound_reads(self, seconds: float) -> None:
+        """Make each socket read wait at most ``seconds`` (none is needed once urllib3
+        has seen the body end and released the connection)."""
+        connection = getattr(self._response.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            sock.settimeout(seconds)  # the pool sets its own timeout on the next request
+
+    def close(self) -> None:
+        if self._cutoff is not None:
+            self._cutoff.cancel()
+        self._response.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """requests' adapter: pools whose connections a ``Cutoff`` can cut at the request's
+    deadline, verifying certificates against ``ca_bundle`` when one is configured.
+
+    A session's ``verify`` is not enough: requests replaces it, for every
+    request that does not pass its own, with ``REQUESTS_CA_BUNDLE`` (or
+    ``CURL_CA_BUNDLE``) when set. The adapter is the last step before the
+    connection pool, so a bundle pinned here wins whatever the environment says.
+    """
+
+    # requests pickles (and unpickles) an adapter by the names listed here.
+    __attrs__ = [*requests.adapters.HTTPAdapter.__attrs__, "_ca_bundle"]  # noqa: RUF012
+
+    def __init__(self, ca_bundle: str | None) -> None:
+        super().__init__(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
+        self._ca_bundle = ca_bundle
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_cutoff.POOL_CLASSES)
+
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):  # SOCKS pools have connections of their own
+            manager.pool_classes_by_scheme = dict(_cutoff.POOL_CLASSES)
+        return manager
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: bool | str = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        if self._ca_bundle is not None:
+            verify = self._ca_bundle
+        return super().send(request, stream, timeout, verify, cert, proxies)
+
+
+def new_session(ca_bundle: str | None = None) -> requests.Session:
+    """A session with a pool big enough for many threads and no retries of its own.
+
+    Connections are kept alive and reused: over TLS a new one costs two round
+    trips before the request is even sent.
+    """
+    session = requests.Session()
+    adapter = _Adapter(ca_bundle)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
+
+
+@attrs.frozen
+class _Request:
+    """What one logical request sends, and so what its errors must never show."""
+
+    method: str
+    path: str
+    operation: str
+    repeat: Repeat
+    params: dict[str, str] | None
+    json_body: Any
+    body: Body
+
+    def sent(self) -> tuple[str, ...]:
+        """The values this request carried (its raw body aside: see ``_server_message``)."""
+        return sent_values(self.json_body, self.params)
+
+
+class Transport:
+    """Sends one logical request: paced, retried as its ``Repeat`` class allows, decoded."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        session: requests.Session | None = None,
+        sleep: _retry.Sleep = time.sleep,
+        pacer: Pacer | None = None,
+    ) -> None:
+        self.config = config
+        redact_queries_for(config.api_root)  # urllib3's own DEBUG lines would show them
+        self._owns_session = session is None
+        self._session = session if session is not None else new_session(config.ca_bundle)
+        self._sleep = sleep
+        self._pacer = pacer or shared_pacer(
+            config.base_url, config.requests_per_minute, config.rate_scope
+        )
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        repeat: Repeat,
+        deadline: Deadline,
+        params: dict[str, str] | None = None,
+        json_body: Any = None,
+        body: Body = None,
+        allow: frozenset[int] = frozenset(),
+    ) -> Reply:
+        """Send a request whose answer is a JSend JSON document.
+
+        Statuses in ``allow`` are answers, not errors (404 on a delete, 408 on
+        a long poll); they come back as a Reply with ``data=None``.
+        """
+        request = _Request(method, path, operation, repeat, params, json_body, body)
+
+        def attempt() -> Reply:
+            with Cutoff(deadline) as cutoff:
+                response = self._send(request, deadline, cutoff)
+                with response:
+                    content = _read_body(response, request, cutoff)
+            request_id = _request_id(response)
+            if response.status_code in allow:
+                return Reply(response.status_code, None, request_id)
+            self._raise_for_status(response, content, request)
+            return Reply(response.status_code, decode_envelope(content, operation), request_id)
+
+        return self._retrying(attempt, repeat, deadline)
+
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        repeat: Repeat,
+        deadline: Deadline,
+        params: dict[str, str] | None = None,
+        idle_timeout: float | None = None,
+    ) -> Stream:
+        """Open a streaming answer; a read that stalls past ``idle_timeout`` breaks the
+        stream, and the deadline ends it wherever it is."""
+        request = _Request(method, path, operation, repeat, params, None, None)
+
+        def attempt() -> Stream:
+            cutoff = Cutoff(deadline)
+            try:
+                response = self._send(request, deadline, cutoff, read_timeout=idle_timeout)
+                if 200 <= response.status_code < 300:
+                    return Stream(response, operation, cutoff)
+                with response:
+                    content = _read_body(response, request, cutoff)
+            except BaseException:
+                cutoff.cancel()
+                raise
+            cutoff.cancel()
+            self._raise_for_status(response, content, request)
+            raise AssertionError("unreachable: a non-2xx status always raises")
+
+        return self._retrying(attempt, repeat, deadline)
+
+    def reset_session(self) -> None:
+        """Use a fresh session (at interpreter exit the old one may be mid-use)."""
+        if self._owns_session:
+            self._session = new_session(self.config.ca_bundle)
+
+    def close(self) -> None:
+        if self._owns_session:
+            self._session.close()
+
+    def _retrying(
+        self, attempt: Callable[[], _retry.T], repeat: Repeat, deadline: Deadline
+    ) -> _retry.T:
+        return _retry.call(
+            attempt,
+            repeat=repeat,
+            max_retries=self.config.max_retries,
+            deadline=deadline,
+            sleep=self._sleep,
+        )
+
+    def _send(
+        self,
+        request: _Request,
+        deadline: Deadline,
+        cutoff: Cutoff,
+        *,
+        read_timeout: float | None = None,
+    ) -> requests.Response:
+        """Send the request; the answer's body is left to read (under ``cutoff``)."""
+        self._pacer.acquire(deadline, request.operation)
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise OperationTimeout(request.operation, deadline.seconds)
+        read = remaining if read_timeout is None else min(remaining, read_timeout)
+        if not math.isfinite(read):  # no deadline (a background process): still no hang
+            read = self.config.timeout
+        started = time.monotonic()
+        lost = None
+        try:
+            with cutoff.sending():
+                response = self._session.request(
+                    request.method,
+                    self.config.api_root + request.path,
+                    params=request.params,
+                    json=request.json_body,
+                    data=request.body() if callable(request.body) else request.body,
+                    headers=self._headers(raw=request.body is not None),
+                    timeout=(min(CONNECT_TIMEOUT, remaining), read),
+                    allow_redirects=False,
+                    stream=True,
+                )
+        except requests.RequestException as exc:
+            log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
+            lost = _lost_answer(exc, request.operation, request.repeat, late=cutoff.fired)
+        if lost is not None:
+            # Raised outside the handler: the requests exception, whose message names the
+            # URL with its query string, must not stay reachable as __context__.
+            raise lost
+        log.debug(
+            "%s %s -> %d in %.0f ms",
+            request.method,
+            request.path,
+            response.status_code,
+            (time.monotonic() - started) * 1000,
+        )
+        return response
+
+    def _headers(self, *, raw: bool) -> dict[str, str]:
+        # The key is an ApiKey: in a traceback's locals this dict shows it masked.
+        headers = {"X-Api-Key": self.config.api_key, "User-Agent": USER_AGENT}
+        if raw:  # raw bodies are file contents (PROTOCOL.md, Files)
+            headers["Content-Type"] = "application/octet-stream"
+        return headers
+
+    def _raise_for_status(
+        self, response: requests.Response, content: bytes, request: _Request
+    ) -> None:
+        status = response.status_code
+        if 200 <= status < 300:
+            return
+        request_id = _request_id(response)
+        if 300 <= status < 400:
+            raise CreateosApiError(
+                request.operation,
+                status,
+                request_id=request_id,
+                detail="redirect refused (the API key is never sent to another location)",
+            )
+        message = None
+        if status < 500:
+            message = _server_message(content, request, self.config.api_key)
+        raise CreateosApiError(
+            request.operation,
+            status,
+            request_id=request_id,
+            detail=PLAIN_STATUS_TEXT.get(status, message),
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            outcome_unknown=status >= 500 and status != 503 and request.repeat is not Repeat.SAFE,
+            server_message=message,
+        )
+
+
+def _read_body(response: requests.Response, request: _Request, cutoff: Cutoff) -> bytes:
+    try:
+        return response.content
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        broke = LATE if cutoff.fired else f"the answer broke off ({type(exc).__name__})"
+    raise CreateosApiError(request.operation, None, detail=broke, outcome_unknown=True)
+
+
+def _request_id(response: requests.Response) -> str | None:
+    return token(response.headers.get("X-Request-Id"), REQUEST_ID)
+
+
+def _server_message(content: bytes, request: _Request, api_key: str) -> str | None:
+    """The ``message`` of an error envelope (``fail`` or ``error``), fit to show.
+
+    A request with a raw body (a file's contents) withholds it: an echo of
+    those contents cannot be recognised, so nothing the service says is shown.
+    """
+    if request.body is not None:
+        return None
+    try:
+        document = json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict) or document.get("status") not in ("fail", "error"):
+        return None
+    text = document.get("message")
+    if not isinstance(text, str) or not text.strip():
+        text = document.get("data")  # JSend "fail" may explain in data alone
+    return scrub(text, (api_key, *request.sent()))
+
+
+def _lost_answer(
+    exc: requests.RequestException, operation: str, repeat: Repeat, *, late: bool = False
+) -> CreateosApiError:
+    """Translate a transport failure; only a connection never made is known to be harmless.
+
+    ``late``: the request's cutoff fired (its deadline passed mid-answer).
+    """
+    if isinstance(exc, requests.ConnectTimeout) or _never_connected(exc):
+        return CreateosApiError(operation, None, detail="could not connect to the service")
+    what = LATE if late or isinstance(exc, requests.Timeout) else "the connection failed"
+    if repeat is not Repeat.SAFE:
+        what += "; the request may have taken effect"
+    return CreateosApiError(operation, None, detail=what, outcome_unknown=True)
+
+
+def _never_connected(exc: requests.RequestException) -> bool:
+    reason = exc.args[0] if exc.args else None
+    reason = getattr(reason, "reason", reason)
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)
+
+
+def decode_envelope(content: bytes, operation: str) -> Any:
+    """Return the ``data`` of a JSend success envelope; an empty body means no data."""
+    if not content.strip():
+        return None
+    try:
+        document = json.loads(content)
+    except (ValueError, RecursionError):  # nesting deeper than the decoder recurses is junk too
+        raise ProtocolError(f"the answer to {operation} is not JSON") from None
+    if not isinstance(document, dict) or document.get("status") != "success":
+        raise ProtocolError(f"the answer to {operation} is not a JSend success envelope")
+    return document.get("data")
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header: seconds (``7``, ``1.5``) or an HTTP date."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = None
+    if seconds is not None:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,297 @@
+"""How a sandbox command is launched: inside bubblewrap, or as a plain child.
+
+bubblewrap mode builds a small root: the host's system directories read-only,
+the sandbox's storage at ``/workspace``, ``/tmp`` and ``/home/user``, fresh
+``/dev`` and ``/proc``, and a PID namespace, so that a command sees the same
+paths as on the service and its whole tree can be found and killed. The
+network is the sandbox's own where ``_netns`` can make one (the spawner
+starts every command inside it), else the host's. When this interpreter is
+visible inside that root, ``reporter`` (bind-mounted as a file) runs as the
+namespace's PID 1 so that the command's exact wait status (signal or exit
+code) reaches the emulator.
+
+Where overlayfs works (``_layers``, probed at start), the root and the
+system directories are a writable layer instead of read-only binds: what a
+command writes anywhere is kept in the sandbox's storage, forks copy it, and
+templates are made of it. Without it they stay read-only, as before.
+
+Plain mode (no bubblewrap) runs the command under ``reporter --subreaper``,
+which keeps every descendant in the tree and reports the exact wait status.
+It moves the working directory, HOME and TMPDIR into the sandbox's storage,
+and rewrites the sandbox paths ``/workspace``, ``/tmp`` and ``/home/user``
+where they appear in the command's arguments, working directory and
+environment values, so that ``cat /workspace/in.txt`` reads what the files
+API wrote. What it gives up: a path that a program builds or reads at run
+time (from a file, from ``$PWD``...) still means the host's, and ``/tmp``
+written inside a script's own data is the host's ``/tmp``. It never touches
+the host's own ``/workspace``.
+
+A terminal process (``terminal=True``) must be a session leader with its pty
+as controlling tty: the reporter (``--terminal``) does it in the child it
+forks for the command; see ``_terminal``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layers import Overlays
+from .layers import probe as probe_overlays
+from .storage import MOUNTS, Storage
+from .terminal import with_controlling_tty
+
+log = logging.getLogger("createos_sync.emulator")
+
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_DIRS = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/etc", "/opt", "/root", "/var", "/srv",
+)  # fmt: skip
+PROBE_TIMEOUT = 10.0
+# The reporter runs from its file (``ps`` then shows the user's command, not its source);
+# bubblewrap mounts that file at REPORTER_MOUNT.
+REPORTER = str(Path(__file__).resolve().with_name("reporter.py"))
+REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
+# A sandbox path at the start of a word: not part of a longer path or name.
+SANDBOX_PATH = re.compile(r"(?<![\w.~/-])(/workspace|/home/user|/tmp)(?![\w.-])")
+SHELL_SAFE = re.compile(r"[\w./-]+")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to hand to ``subprocess.Popen`` for one command."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+class NoIsolation:
+    """Plain child processes under a subreaper; sandbox paths rewritten into the storage."""
+
+    name = "none"
+    namespaced = False
+    overlays = None  # plain processes write on the host: no layer of their own
+
+    def launch(
+        self,
+        storage: Storage,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        status_fds: tuple[int, int],
+        *,
+        terminal: bool = False,
+    ) -> Launch:
+        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here)."""
+        base = {
+            "PATH": BASE_PATH,
+            "HOME": str(storage.dir("/home/user")),
+            "TMPDIR": str(storage.dir("/tmp")),
+            "LANG": "C.UTF-8",
+        }
+        mapped = {k: _sandbox_paths(v, storage) for k, v in env.items()}
+        helper = [sys.executable, "-I", "-S", REPORTER, "--subreaper", str(os.getpid())]
+        helper += ["--terminal"] if terminal else []
+        command = [_sandbox_paths(word, storage) for word in argv]
+        argv = [*helper, str(status_fds[1]), *command]
+        return Launch(argv, storage.view(cwd), {**base, **mapped})
+
+    def prepare(self, storage: Storage, *, wait: bool = False) -> None:
+        """Nothing is mounted for a plain sandbox."""
+
+    def release(self, storage: Storage) -> None:
+        """Nothing is mounted for a plain sandbox."""
+
+    def close(self) -> None:
+        """Nothing to unmount."""
+
+
+def _sandbox_paths(text: str, storage: Storage) -> str:
+    """``text`` with each sandbox path in it replaced by its storage directory on the host.
+
+    Only when every storage directory is made of characters that need no
+    quoting in a shell script (true of the emulator's own temporary root).
+    """
+    dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
+    if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
+        return text
+    # A host path of the emulator's storage (what `pwd` shows, given back) stays as it is,
+    # although it may start with /tmp.
+    storage_root = f"{storage.root.parent}/"
+
+    def mapped(match: re.Match[str]) -> str:
+        if text.startswith(storage_root, match.start()):
+            return match.group(0)
+        return dirs[match.group(1)]
+
+    return SANDBOX_PATH.sub(mapped, text)
+
+
+class Bubblewrap:
+    """Each command in its own bubblewrap PID namespace over the sandbox's storage."""
+
+    name = "bwrap"
+    namespaced = True
+
+    @property
+    def reports_wait_status(self) -> bool:
+        return self._python is not None
+
+    def __init__(self, executable: str, python: str | None) -> None:
+        self._bwrap = executable
+        self._python = python
+        self.overlays: Overlays | None = None  # set once probed: a writable layer
+        self._binds: list[tuple[str, str]] = []
+
+    def bind_over(self, source: str, target: str) -> None:
+        """Show the host file ``source`` read-only at ``target`` in every sandbox (``_netns``)."""
+        self._binds.append((source, target))
+
+    def prepare(self, storage: Storage, *, wait: bool = False) -> None:
+        """Mount a sandbox's layer: at creation in the background, before a command in full."""
+        if self.overlays is not None:
+            self.overlays.prepare(storage.root, storage.lowers, wait=wait)
+
+    def release(self, storage: Storage) -> None:
+        """Unmount the sandbox's layer (destroyed, or about to become a template)."""
+        if self.overlays is not None:
+            self.overlays.release(storage.root)
+
+    def close(self) -> None:
+        if self.overlays is not None:
+            self.overlays.close()
+
+    def launch(
+        self,
+        storage: Storage,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        status_fds: tuple[int, int],
+        *,
+        terminal: bool = False,
+    ) -> Launch:
+        """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
+        wait status on ``status_fds[1]``."""
+        cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
+        cmd += ["--json-status-fd", str(status_fds[0])]
+        if self.overlays is not None:
+            # The layered root already holds the host's top-level symlinks.
+            cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
+            cmd += self.overlays.bind_args(storage.root)
+        else:
+            cmd += _read_only_system()
+        for source, target in self._binds:
+            cmd += ["--ro-bind", source, target]
+        for mount, _ in MOUNTS:
+            cmd += ["--bind", str(storage.dir(mount)), mount]
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
+        if self._python is not None:
+            # bubblewrap closes its status fd in the sandbox: the reporter
+            # writes to a second descriptor of the same pipe. For a terminal,
+            # it makes the command a session leader owning the pty.
+            reporter = [self._python, "-I", "-S", REPORTER_MOUNT]
+            reporter += ["--terminal"] if terminal else []
+            reporter += [str(status_fds[1])]
+            cmd += ["--ro-bind", REPORTER, REPORTER_MOUNT, "--as-pid-1", "--", *reporter, *argv]
+        else:
+            cmd += ["--", *argv]
+            if terminal:  # no reporter: bubblewrap's own session owns the pty
+                cmd = with_controlling_tty(cmd)
+        base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
+        return Launch(cmd, str(storage.root), {**base, **env})
+
+
+def _read_only_system() -> list[str]:
+    args = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+Isolation = NoIsolation | Bubblewrap
+
+
+def _sandbox_python() -> str | None:
+    """This interpreter's real path, if the sandbox's read-only system dirs show it."""
+    real = os.path.realpath(sys.executable) if sys.executable else ""
+    shown = [os.path.realpath(d) for d in SYSTEM_DIRS if os.path.isdir(d)]
+    return real if real and any(real.startswith(d + "/") for d in shown) else None
+
+
+def _works(bwrap: Bubblewrap) -> bool:
+    with tempfile.TemporaryDirectory(prefix="createos-emulator-probe-") as tmp:
+        storage = Storage(Path(tmp))
+        storage.create()
+        status_r, status_w = os.pipe()
+        report_w = os.dup(status_w)
+        launch = bwrap.launch(storage, ["true"], "/workspace", {}, (status_w, report_w))
+        try:
+            done = subprocess.run(
+                launch.argv,
+                cwd=launch.cwd,
+                env=launch.env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PROBE_TIMEOUT,
+                pass_fds=(status_w, report_w),
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        finally:
+            os.close(status_w)
+            os.close(report_w)
+            with os.fdopen(status_r, "rb") as status:
+                reported = status.read()
+        if bwrap.reports_wait_status and b"wait-status" not in reported:
+            return False
+        return done.returncode == 0
+
+
+def choose(mode: str) -> Isolation:
+    """The isolation for ``mode`` ("auto", "bwrap" or "none"), probing bubblewrap."""
+    if mode != "none":
+        executable = shutil.which("bwrap")
+        python = _sandbox_python()
+        candidates = []
+        if executable is not None:
+            if python is not None:
+                candidates.append(Bubblewrap(executable, python))
+            candidates.append(Bubblewrap(executable, None))
+        for bwrap in candidates:
+            if _works(bwrap):
+                if not bwrap.reports_wait_status:
+                    log.info(
+                        "bubblewrap runs without the status reporter: "
+                        "a command killed by signal N may be reported as exit 128+N"
+                    )
+                bwrap.overlays = probe_overlays(
+                    SYSTEM_DIRS, executable or "bwrap", (REPORTER_MOUNT,)
+                )
+                if bwrap.overlays is None:
+                    log.info(
+                        "overlayfs is unavailable here: sandboxes see the system read-only, "
+                        "and templates keep only /workspace, /tmp and /home/user"
+                    )
+                return bwrap
+        if mode == "bwrap":
+            raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
+        log.warning("bubblewrap is unavailable or does not work here: falling back to none")
+    log.warning(
+        "emulator processes run WITHOUT isolation: commands see the host file system; "
+        "only the paths /workspace, /tmp and /home/user written in a command are mapped "
+        "into the sandbox"
+    )
+    return NoIsolation()

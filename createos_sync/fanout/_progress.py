@@ -1,0 +1,86 @@
+"""``cs.map``'s progress display: a bar on a terminal or in a notebook, plain lines elsewhere.
+
+No thread of ours draws it: ``cs.map``'s coordinating loop calls ``show``
+when an item finishes and at least every ``refresh`` seconds, so elapsed time
+and rate stay current while items run. The bar is ``tqdm.auto``'s: a text
+bar on a terminal, a widget in Jupyter (the ecosystem's standard there),
+which are told apart as for file transfers (``_progress.interactive``).
+Written to a file or a CI log, a self-overwriting bar would be noise, so
+``progress=True`` there prints a plain line every ``PLAIN_EVERY`` seconds and
+one at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from ..files._progress import interactive, tqdm_class
+
+PLAIN_EVERY = 10.0
+LABEL = "cs.map"
+
+
+class Progress:
+    """Counts items done, failed and running; draws them as ``mode`` says.
+
+    ``mode``: None draws a bar on a terminal or in a notebook and nothing
+    elsewhere; True draws always (plain lines when not a terminal); False never.
+    """
+
+    def __init__(
+        self, mode: bool | None, total: int | None, stream: TextIO | None = None
+    ) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._total = total
+        self._started = time.monotonic()
+        self._last_plain = self._started
+        self._finished = 0
+        self.done = self.failed = self.running = 0
+        drawn = interactive(self._stream)
+        self._bar: Any = None
+        self._plain = bool(mode) and not drawn
+        if mode is not False and drawn:
+            self._bar = _tqdm_bar(total, self._stream)
+
+    @property
+    def refresh(self) -> float | None:
+        """How often the caller should call ``show`` while nothing finishes (None: no need)."""
+        if self._bar is not None:
+            return 1.0
+        return PLAIN_EVERY if self._plain else None
+
+    def show(self) -> None:
+        if self._bar is not None:
+            finished = self.done + self.failed
+            self._bar.set_postfix_str(f"failed={self.failed} running={self.running}", refresh=False)
+            self._bar.update(finished - self._finished)  # redraws, with elapsed and rate
+            self._finished = finished
+            self._bar.refresh()
+        elif self._plain and time.monotonic() - self._last_plain >= PLAIN_EVERY:
+            self._print_line()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self.show()
+            self._bar.close()
+        elif self._plain:
+            self._print_line()
+
+    def _print_line(self) -> None:
+        self._last_plain = now = time.monotonic()
+        elapsed = now - self._started
+        finished = self.done + self.failed
+        of = f"/{self._total}" if self._total is not None else ""
+        rate = finished / elapsed if elapsed > 0 else 0.0
+        print(
+            f"{LABEL}: {finished}{of} finished ({self.done} done, {self.failed} failed), "
+            f"{self.running} running, {elapsed:.0f}s elapsed, {rate:.2f} items/s",
+            file=self._stream,
+            flush=True,
+        )
+
+
+def _tqdm_bar(total: int | None, stream: TextIO) -> Any:
+    return tqdm_class()(total=total, desc=LABEL, unit="item", file=stream, dynamic_ncols=True)
