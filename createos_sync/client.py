@@ -7,14 +7,14 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from types import EllipsisType, TracebackType
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import requests
 
 from . import templates
-from ._sandboxes.options import LeaseOptions, OnExit, check_seconds
+from ._sandboxes.options import check_seconds, lease_options, takes_lease_keywords
 from ._wire import api as _api
 from ._wire import retry as _retry
 from ._wire.deadline import Deadline
@@ -23,6 +23,11 @@ from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease
 from .models import SandboxInfo, Shape, Template
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._sandboxes.options import LeaseKeywords
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 # One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,
@@ -114,71 +119,18 @@ class Client:
         _check_id("sandbox_id", sandbox_id)
         return _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
 
-    def lease(
-        self,
-        shape: str | None = None,
-        *,
-        rootfs: str | None = None,
-        region: str | None = None,
-        name: str | None = None,
-        egress: Sequence[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        ingress: bool | None = False,
-        auto_pause_after: int | None = None,
-        max_lifetime: float | None = None,
-        ttl: float | EllipsisType | None = ...,
-        sandbox_id: str | None = None,
-        fork_from: str | None = None,
-        start_paused: bool = False,
-        on_exit: OnExit | None = None,
-        timeout: float | None = None,
-        journal: bool = True,
-    ) -> Lease:
-        """A lease using this client, like ``createos_sync.lease`` (see it for the details).
+    @takes_lease_keywords
+    def lease(self, shape: str | None = None, **options: Unpack[LeaseKeywords]) -> Lease:
+        """A lease using this client, like ``createos_sync.lease``.
 
         Args:
-            shape: the machine shape (default ``CREATEOS_SHAPE``, then ``s-1vcpu-1gb``).
-            rootfs: a base image or a ready template's id.
-            region: where to place the sandbox.
-            name: a prefix of the sandbox's unique name.
-            egress: outbound rules (host names, ``*.`` wildcards, CIDRs); None allows all.
-            env: variables of the sandbox (fixed at creation).
-            ingress: make the sandbox's ports reachable by preview URLs.
-            auto_pause_after: the service's idle auto-pause, whole seconds in 60..86400.
-            max_lifetime: seconds after which a timer closes the lease.
-            ttl: the dead man's switch (seconds; None turns it off).
-            sandbox_id: attach to this existing sandbox instead of creating one.
-            fork_from: create the sandbox as a fork of this one (its disk copied;
-                ``egress``, ``env`` are then the fork's, None: the source's; ``ingress``
-                None keeps the source's).
-            start_paused: with ``fork_from``, the fork starts paused, and so
-                does the lease (``run()`` raises until ``resume()``).
-            on_exit: ``"destroy"``, ``"keep"`` or ``"pause"`` at close.
-            timeout: the deadline of one operation and the default command
-                timeout (default: this client's ``timeout``).
-            journal: record the sandbox in the local lease journal (False opts out).
+            shape: the machine shape (see the lease keywords below).
+            options: the lease keywords below; ``timeout`` defaults to this
+                client's ``timeout``.
 
         Nothing is sent before ``open()`` / ``with``.
         """
-        options = LeaseOptions(
-            shape=shape,
-            rootfs=rootfs,
-            region=region,
-            name=name,
-            egress=egress,
-            env=env,
-            ingress=ingress,
-            auto_pause_after=auto_pause_after,
-            max_lifetime=max_lifetime,
-            ttl=ttl,
-            sandbox_id=sandbox_id,
-            fork_from=fork_from,
-            start_paused=start_paused,
-            on_exit=on_exit,
-            timeout=timeout,
-            journal=journal,
-        )
-        return Lease(self, options)
+        return Lease(self, lease_options("lease", shape, options))
 
     def build_template(
         self,

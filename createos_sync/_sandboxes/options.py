@@ -1,17 +1,20 @@
 """``LeaseOptions``: every choice a lease is made with, validated once, passed around whole.
 
-``cs.lease``, ``Client.lease``, ``Lease.fork`` and ``cs.map`` spell the
-options out as named keywords (they are the contract, and what ``help()``
-shows); each builds one ``LeaseOptions``, so that validation lives here only
-and invalid arguments raise before any request is sent.
+The lease's keywords are defined here once, for every surface that takes them
+(``cs.lease``, ``Client.lease``, ``cs.map``): ``LeaseKeywords`` types them for
+editors and mypy (``**options: Unpack[LeaseKeywords]``), ``LeaseOptions``
+validates them (invalid arguments raise before any request is sent), and
+``takes_lease_keywords`` shows them in each surface's signature and docstring,
+so that ``help()`` lists them all. A new lease option touches this module only.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, TypeVar
 
 import attrs
 
@@ -221,3 +224,93 @@ class LeaseOptions:
             "ingress_enabled": self.ingress,
         }
         return {k: v for k, v in body.items() if v is not None}
+
+
+class LeaseKeywords(TypedDict, total=False):
+    """The keywords of ``cs.lease``, ``Client.lease`` and ``cs.map`` (``shape`` aside)."""
+
+    rootfs: str | None
+    region: str | None
+    name: str | None
+    egress: Sequence[str] | None
+    env: Mapping[str, str] | None
+    ingress: bool | None
+    auto_pause_after: int | None
+    max_lifetime: float | None
+    ttl: float | EllipsisType | None
+    sandbox_id: str | None
+    fork_from: str | None
+    start_paused: bool
+    on_exit: OnExit | None
+    timeout: float | None
+    journal: bool
+
+
+KEYWORDS_DOC = """\
+Lease keywords (the same for ``cs.lease``, ``Client.lease`` and ``cs.map``):
+    shape: the machine shape; falls back to ``CREATEOS_SHAPE``, then
+        ``"s-1vcpu-1gb"``.
+    rootfs: a base image (``"ubuntu:24.04"``) or a ready template's id.
+    region: where to place the sandbox (the service chooses by default).
+    name: a prefix; the sandbox's name is it plus a unique suffix.
+    egress: outbound rules (``["pypi.org", "*.github.com", "10.0.0.0/8"]``);
+        None allows everything.
+    env: variables of the sandbox (fixed at creation).
+    ingress: make the sandbox's ports reachable by preview URLs.
+    auto_pause_after: CreateOS's idle auto-pause, whole seconds in 60..86400.
+    max_lifetime: seconds after which a timer closes the lease.
+    ttl: the dead man's switch: seconds without renewal after which the
+        sandbox deletes itself (default 900 for a sandbox this lease
+        creates or forks, off when attaching; None turns it off).
+    sandbox_id: attach to this existing sandbox (resumed if paused).
+    fork_from: make the sandbox a fork of this one (running or paused), with
+        a copy of its disk; the lease owns the fork, never the source.
+        ``egress`` and ``env`` are then the fork's (None: the source's), and
+        ``ingress`` is sent as given (None keeps the source's).
+    start_paused: with ``fork_from``, the fork starts paused and the lease
+        opens on it paused (``run()`` raises until ``resume()``).
+    on_exit: ``"destroy"`` (default for a created or forked sandbox),
+        ``"keep"`` (default when attaching) or ``"pause"``.
+    timeout: the deadline of one operation and the default command timeout
+        (default: the client's ``timeout``).
+    journal: record the sandbox in the local lease journal (the crash-safety
+        record ``createos-sync reap`` works from) before it is created; if
+        the journal cannot be written, ``open()`` raises ``ConfigError``
+        before any request. ``False`` (or ``CREATEOS_SYNC_JOURNAL=off`` in
+        the environment) opts out: the lease then keeps no record.
+"""
+
+KEYWORDS = frozenset(LeaseKeywords.__annotations__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def lease_options(caller: str, shape: str | None, keywords: Mapping[str, Any]) -> LeaseOptions:
+    """The validated options of a call to ``caller(shape, **keywords)``; nothing is sent."""
+    unknown = sorted(set(keywords) - KEYWORDS)
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
+    return LeaseOptions(shape=shape, **keywords)
+
+
+def takes_lease_keywords(function: F) -> F:
+    """Show every lease keyword in ``function``'s signature and docstring (``help()``, Jupyter).
+
+    ``function`` takes ``**options: Unpack[LeaseKeywords]``; at run time its
+    signature lists the keywords one by one, with their defaults, as if
+    written out, and its docstring ends with their descriptions.
+    """
+    signature = inspect.signature(function)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    defaults = {f.name: f.default for f in attrs.fields(LeaseOptions)}
+    shared = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None if isinstance(defaults[name], attrs.Factory) else defaults[name],  # type: ignore[arg-type]
+            annotation=getattr(annotation, "__forward_arg__", annotation),
+        )
+        for name, annotation in LeaseKeywords.__annotations__.items()
+    ]
+    function.__signature__ = signature.replace(parameters=own + shared)  # type: ignore[attr-defined]
+    function.__doc__ = f"{inspect.cleandoc(function.__doc__ or '')}\n\n{KEYWORDS_DOC}"
+    return function

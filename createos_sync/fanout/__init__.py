@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
-from types import EllipsisType
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
-from .._sandboxes.options import LeaseOptions, OnExit
+from .._sandboxes.options import LeaseOptions, lease_options, takes_lease_keywords
 from ..client import Client
 from ..errors import CreateosCleanupError, add_note, attach_cleanup_failure
 from ..lease import Lease
@@ -35,9 +34,15 @@ from . import _items as _map_items
 from ._items import ItemFn, LocalItems, Stopped
 from ._progress import Progress
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._sandboxes.options import LeaseKeywords
+
 log = logging.getLogger("createos_sync.map")
 
 
+@takes_lease_keywords
 def map(
     fn: Callable[[Lease, Any], Any],
     items: Iterable[Any],
@@ -49,21 +54,7 @@ def map(
     executor: cf.Executor | None = None,
     client: Client | None = None,
     shape: str | None = None,
-    rootfs: str | None = None,
-    region: str | None = None,
-    name: str | None = None,
-    egress: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    ingress: bool | None = False,
-    auto_pause_after: int | None = None,
-    max_lifetime: float | None = None,
-    ttl: float | EllipsisType | None = ...,
-    sandbox_id: str | None = None,
-    fork_from: str | None = None,
-    start_paused: bool = False,
-    on_exit: OnExit | None = None,
-    timeout: float | None = None,
-    journal: bool = True,
+    **keywords: Unpack[LeaseKeywords],
 ) -> list[Any]:
     """Call ``fn(box, item)`` for every item, each in a sandbox of its own; results in order.
 
@@ -100,9 +91,7 @@ def map(
             journal; stopping cancels the items not started, and the running
             ones close their leases themselves when ``fn`` returns.
         client: defaults to a ``Client()`` from the environment, closed at the end.
-        shape, rootfs, region, name, egress, env, ingress, auto_pause_after,
-        max_lifetime, ttl, fork_from, start_paused, on_exit, timeout, journal:
-            the options of every item's lease, as for ``createos_sync.lease``
+        shape, keywords: the lease keywords below, for every item's lease
             (``sandbox_id`` is refused: each item needs a sandbox of its own;
             ``start_paused`` needs ``fork_from``, and ``fn`` then resumes its box).
 
@@ -115,24 +104,7 @@ def map(
         KeyboardInterrupt: after every open lease was closed.
         Exception: the first item's failure (``return_exceptions=False``).
     """
-    options = LeaseOptions(
-        shape=shape,
-        rootfs=rootfs,
-        region=region,
-        name=name,
-        egress=egress,
-        env=env,
-        ingress=ingress,
-        auto_pause_after=auto_pause_after,
-        max_lifetime=max_lifetime,
-        ttl=ttl,
-        sandbox_id=sandbox_id,
-        fork_from=fork_from,
-        start_paused=start_paused,
-        on_exit=on_exit,
-        timeout=timeout,
-        journal=journal,
-    )
+    options = lease_options("map", shape, keywords)
     source = _check(fn, items, concurrency, setup, return_exceptions, progress, executor, client)
     _check_options(options, setup)
     total = len(items) if isinstance(items, Sized) else None

@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync._sandboxes.options import DEFAULT_TTL, LeaseOptions
+from createos_sync._sandboxes.options import DEFAULT_TTL, LeaseKeywords, LeaseOptions
 
 
 def _keywords(function: object) -> set[str]:
@@ -65,3 +65,19 @@ def test_defaults_depend_on_how_the_sandbox_is_had() -> None:
     assert (attached.effective_on_exit, attached.effective_ttl) == ("keep", None)
     assert LeaseOptions(ttl=None).effective_ttl is None
     assert LeaseOptions(sandbox_id="sb-1", ttl=60).effective_ttl == 60.0
+
+
+def test_the_keywords_are_defined_once_for_every_surface() -> None:
+    fields = {field.name for field in attrs.fields(LeaseOptions)}
+    assert set(LeaseKeywords.__annotations__) == fields - {"shape"}
+    for surface in (cs.lease, cs.Client.lease, cs.map):
+        doc = surface.__doc__ or ""
+        assert all(f"    {name}: " in doc for name in fields), surface
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_the_call() -> None:
+    unknown = r"\(\) got an unexpected keyword argument 'shapes'"
+    with pytest.raises(TypeError, match="^lease" + unknown):
+        cs.lease(shapes="s-1vcpu-1gb")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="^map" + unknown):
+        cs.map(print, [], shapes="s-1vcpu-1gb")  # type: ignore[call-arg]
