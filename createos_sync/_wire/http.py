@@ -1,4 +1,4 @@
-"""The transport: session, authentication, pacing, retries, JSend decoding, error mapping.
+"""The transport: session, authentication, pacing, retries; what answers mean is ``answers``.
 
 This is the only module that imports ``requests``. Everything above it sees
 ``Reply`` objects, ``Stream`` objects and ``createos_sync`` errors, never a
@@ -13,8 +13,6 @@ error bodies may echo secrets. Every request is cut at its deadline
 
 from __future__ import annotations
 
-import email.utils
-import json
 import logging
 import math
 import time
@@ -27,15 +25,16 @@ import requests.adapters
 import urllib3.exceptions
 
 from ..config import Config
-from ..errors import CreateosApiError, OperationTimeout, ProtocolError
+from ..errors import CreateosApiError, OperationTimeout
 from . import cutoff as _cutoff
 from . import retry as _retry
+from .answers import LATE, decode_envelope, lost_answer, raise_for_status, read_body, request_id_of
 from .cutoff import Cutoff
 from .deadline import Deadline
 from .logredact import redact_queries_for
 from .pacer import Pacer, shared_pacer
 from .retry import Repeat
-from .server_text import REQUEST_ID, scrub, sent_values, token
+from .server_text import sent_values
 
 log = logging.getLogger("createos_sync.http")
 
@@ -50,12 +49,6 @@ USER_AGENT = "createos-sync/0.1.0"
 
 Body = bytes | Callable[[], Any] | None
 
-LATE = "no answer before the deadline"
-# Fixed explanations of statuses whose meaning does not depend on the request.
-PLAIN_STATUS_TEXT = {
-    401: "the API key was rejected (check CREATEOS_API_KEY)",
-    402: "the account cannot create more sandboxes: payment required",
-}
 
 
 @attrs.frozen
@@ -84,7 +77,7 @@ class Stream:
         self._body: Iterator[bytes] | None = None
         self.operation = operation
         self.status = response.status_code
-        self.request_id = _request_id(response)
+        self.request_id = request_id_of(response)
 
     @property
     def length(self) -> int | None:
@@ -224,7 +217,7 @@ class _Request:
     body: Body
 
     def sent(self) -> tuple[str, ...]:
-        """The values this request carried (its raw body aside: see ``_server_message``)."""
+        """The values this request carried (its raw body aside: see ``answers.server_message``)."""
         return sent_values(self.json_body, self.params)
 
 
@@ -272,11 +265,11 @@ class Transport:
             with Cutoff(deadline) as cutoff:
                 response = self._send(request, deadline, cutoff)
                 with response:
-                    content = _read_body(response, request, cutoff)
-            request_id = _request_id(response)
+                    content = read_body(response, request, cutoff)
+            request_id = request_id_of(response)
             if response.status_code in allow:
                 return Reply(response.status_code, None, request_id)
-            self._raise_for_status(response, content, request)
+            raise_for_status(response, content, request, self.config.api_key)
             return Reply(response.status_code, decode_envelope(content, operation), request_id)
 
         return self._retrying(attempt, repeat, deadline)
@@ -303,12 +296,12 @@ class Transport:
                 if 200 <= response.status_code < 300:
                     return Stream(response, operation, cutoff)
                 with response:
-                    content = _read_body(response, request, cutoff)
+                    content = read_body(response, request, cutoff)
             except BaseException:
                 cutoff.cancel()
                 raise
             cutoff.cancel()
-            self._raise_for_status(response, content, request)
+            raise_for_status(response, content, request, self.config.api_key)
             raise AssertionError("unreachable: a non-2xx status always raises")
 
         return self._retrying(attempt, repeat, deadline)
@@ -366,7 +359,7 @@ class Transport:
                 )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
-            lost = _lost_answer(exc, request.operation, request.repeat, late=cutoff.fired)
+            lost = lost_answer(exc, request.operation, request.repeat, late=cutoff.fired)
         if lost is not None:
             # Raised outside the handler: the requests exception, whose message names the
             # URL with its query string, must not stay reachable as __context__.
@@ -386,116 +379,3 @@ class Transport:
         if raw:  # raw bodies are file contents (PROTOCOL.md, Files)
             headers["Content-Type"] = "application/octet-stream"
         return headers
-
-    def _raise_for_status(
-        self, response: requests.Response, content: bytes, request: _Request
-    ) -> None:
-        status = response.status_code
-        if 200 <= status < 300:
-            return
-        request_id = _request_id(response)
-        if 300 <= status < 400:
-            raise CreateosApiError(
-                request.operation,
-                status,
-                request_id=request_id,
-                detail="redirect refused (the API key is never sent to another location)",
-            )
-        message = None
-        if status < 500:
-            message = _server_message(content, request, self.config.api_key)
-        raise CreateosApiError(
-            request.operation,
-            status,
-            request_id=request_id,
-            detail=PLAIN_STATUS_TEXT.get(status, message),
-            retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            outcome_unknown=status >= 500 and status != 503 and request.repeat is not Repeat.SAFE,
-            server_message=message,
-        )
-
-
-def _read_body(response: requests.Response, request: _Request, cutoff: Cutoff) -> bytes:
-    try:
-        return response.content
-    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-        broke = LATE if cutoff.fired else f"the answer broke off ({type(exc).__name__})"
-    raise CreateosApiError(request.operation, None, detail=broke, outcome_unknown=True)
-
-
-def _request_id(response: requests.Response) -> str | None:
-    return token(response.headers.get("X-Request-Id"), REQUEST_ID)
-
-
-def _server_message(content: bytes, request: _Request, api_key: str) -> str | None:
-    """The ``message`` of an error envelope (``fail`` or ``error``), fit to show.
-
-    A request with a raw body (a file's contents) withholds it: an echo of
-    those contents cannot be recognised, so nothing the service says is shown.
-    """
-    if request.body is not None:
-        return None
-    try:
-        document = json.loads(content)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(document, dict) or document.get("status") not in ("fail", "error"):
-        return None
-    text = document.get("message")
-    if not isinstance(text, str) or not text.strip():
-        text = document.get("data")  # JSend "fail" may explain in data alone
-    return scrub(text, (api_key, *request.sent()))
-
-
-def _lost_answer(
-    exc: requests.RequestException, operation: str, repeat: Repeat, *, late: bool = False
-) -> CreateosApiError:
-    """Translate a transport failure; only a connection never made is known to be harmless.
-
-    ``late``: the request's cutoff fired (its deadline passed mid-answer).
-    """
-    if isinstance(exc, requests.ConnectTimeout) or _never_connected(exc):
-        return CreateosApiError(operation, None, detail="could not connect to the service")
-    what = LATE if late or isinstance(exc, requests.Timeout) else "the connection failed"
-    if repeat is not Repeat.SAFE:
-        what += "; the request may have taken effect"
-    return CreateosApiError(operation, None, detail=what, outcome_unknown=True)
-
-
-def _never_connected(exc: requests.RequestException) -> bool:
-    reason = exc.args[0] if exc.args else None
-    reason = getattr(reason, "reason", reason)
-    return isinstance(reason, urllib3.exceptions.NewConnectionError)
-
-
-def decode_envelope(content: bytes, operation: str) -> Any:
-    """Return the ``data`` of a JSend success envelope; an empty body means no data."""
-    if not content.strip():
-        return None
-    try:
-        document = json.loads(content)
-    except (ValueError, RecursionError):  # nesting deeper than the decoder recurses is junk too
-        raise ProtocolError(f"the answer to {operation} is not JSON") from None
-    if not isinstance(document, dict) or document.get("status") != "success":
-        raise ProtocolError(f"the answer to {operation} is not a JSend success envelope")
-    return document.get("data")
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header: seconds (``7``, ``1.5``) or an HTTP date."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = None
-    if seconds is not None:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import createos_sync as cs
 from createos_sync._commands.follow import Follower
+from createos_sync._wire.answers import decode_envelope
 from createos_sync._wire.deadline import Deadline
-from createos_sync._wire.http import decode_envelope
 from createos_sync._wire.ndjson import MAX_LINE_BYTES, Exit
 from createos_sync.errors import CreateosApiError, Operation
 

@@ -14,7 +14,7 @@ import urllib3
 
 import createos_sync as cs
 from createos_sync import Client
-from createos_sync._wire.http import parse_retry_after
+from createos_sync._wire.answers import parse_retry_after
 
 from .wire import API, KEY, SANDBOX, Service, sandbox
 

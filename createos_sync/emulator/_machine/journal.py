@@ -23,6 +23,7 @@ end at once, without the exit, and so does any reader attached later.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import deque
@@ -45,6 +46,14 @@ class End:
     final_seq: int
     exit_code: int | None
     signal: str | None
+
+    def exec_status(self) -> tuple[int, str | None]:
+        """Exec reports a shell-style code; a signal also becomes an error string."""
+        if self.signal is None:
+            return self.exit_code if self.exit_code is not None else -1, None
+        signum = getattr(signal, self.signal, None)
+        code = 128 + int(signum) if signum is not None else -1
+        return code, f"terminated by {self.signal}"
 
 
 DROPPED_HOLD = 2.0  # seconds: the SDK reconnects at once, then after 0.25, 0.5, 1 s

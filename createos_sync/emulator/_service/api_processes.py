@@ -17,7 +17,7 @@ from .._machine.processes import Command, ManagedProcess, StdinClosed
 from .._machine.terminal import MAX_SIDE
 from .._state.sandboxes import Sandbox, SandboxStore
 from .._wire import ApiError, integer, json_body, query_int, success, text, text_list, text_map
-from .streams import ConnectStream, ExecStream, exec_status
+from .streams import ConnectStream, ExecStream
 
 NDJSON = "application/x-ndjson"
 MAX_WAIT_MS = 3_600_000
@@ -154,7 +154,7 @@ class ProcessApi:
             raise ApiError(409, "the sandbox failed while the command ran")
         if isinstance(item, Expired):  # cannot happen: attached before the start
             raise ApiError(500, "exec output was evicted")
-        code, error = exec_status(item)
+        code, error = item.exec_status()
         result: dict[str, Any] = {
             "exit_code": code,
             "stdout": output["stdout"].decode("utf-8", "replace"),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._machine.isolation import choose
 from .._machine.janitor import Janitor
 from .._machine.layers import remove_tree
+from .._state.builder import Build
 from .._state.sandboxes import LiveProcess, SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import ApiError
@@ -127,7 +128,7 @@ class Emulator:
                 network=self._network_mode,
             )
             self._templates = TemplateStore(
-                self._store, root / "templates", frame_bytes=self._frame_bytes
+                self._store, root / "templates", Build, frame_bytes=self._frame_bytes
             )
             app = App(
                 self._store,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import binascii
 import codecs
 import json
-import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -81,15 +80,6 @@ class ConnectStream:
             self._reader.drop()
 
 
-def exec_status(end: End) -> tuple[int, str | None]:
-    """Exec reports a shell-style code; a signal also becomes an error string."""
-    if end.signal is None:
-        return end.exit_code if end.exit_code is not None else -1, None
-    signum = getattr(signal, end.signal, None)
-    code = 128 + int(signum) if signum is not None else -1
-    return code, f"terminated by {end.signal}"
-
-
 class ExecStream:
     """``exec?stream=true``: decoded text lines, heartbeats, then the exit code.
 
@@ -120,7 +110,7 @@ class ExecStream:
                     rest = decoder.decode(b"", final=True)
                     if rest:
                         yield _line({name: rest})
-                code, error = exec_status(item)
+                code, error = item.exec_status()
                 if error is not None:
                     yield _line({"error": error})
                 yield _line({"exit_code": code})

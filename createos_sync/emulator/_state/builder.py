@@ -25,7 +25,6 @@ from .._machine.layers import PRIVATE, UPPER, remove_tree
 from .._machine.netns import Network
 from .._machine.processes import Command, StdinClosed
 from .._machine.storage import Storage
-from .._service.streams import exec_status
 from .catalog import DEFAULT_ROOTFS, ROOTFS_NAMES
 from .dockerfile import (
     DockerfileError,
@@ -192,7 +191,7 @@ class Build:
             reader.close()
             process.stop()
         lines.flush()
-        return exec_status(item)
+        return item.exec_status()
 
 
 class _Lines:

@@ -16,13 +16,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._machine.layers import UPPER, remove_tree
 from .._wire import ApiError, timestamp
 
 if TYPE_CHECKING:
     from .sandboxes import SandboxStore
+
+class Builder(Protocol):
+    """What runs one template's build (``builder.Build``; given by the server, so that this
+    module, which the builder reads, never imports it back)."""
+
+    def __call__(
+        self, template: Template, templates: TemplateStore, *, frame_bytes: int
+    ) -> Runnable: ...
+
+
+class Runnable(Protocol):
+    def run(self) -> None: ...
 
 MAX_DOCKERFILE = 256 * 1024
 MAX_LINE = 8192
@@ -99,8 +111,11 @@ class Template:
 class TemplateStore:
     """Every template of one emulator; builds run on threads of their own."""
 
-    def __init__(self, sandboxes: SandboxStore, root: Path, *, frame_bytes: int) -> None:
+    def __init__(
+        self, sandboxes: SandboxStore, root: Path, builder: Builder, *, frame_bytes: int
+    ) -> None:
         self.sandboxes = sandboxes
+        self._builder = builder
         self._root = root
         self._frame_bytes = frame_bytes
         self._lock = threading.Lock()
@@ -108,13 +123,11 @@ class TemplateStore:
         self._builds: list[threading.Thread] = []
 
     def submit(self, name: str, dockerfile: str, base: str | None) -> Template:
-        from .builder import Build
-
         template_id = f"tpl-{secrets.token_hex(8)}"
         template = Template(template_id, name, dockerfile, base, self._root / template_id)
         with self._lock:
             self._templates[template_id] = template
-        build = Build(template, self, frame_bytes=self._frame_bytes)
+        build = self._builder(template, self, frame_bytes=self._frame_bytes)
         thread = threading.Thread(target=build.run, name=f"emulator-build-{template_id}")
         thread.daemon = True
         with self._lock:
