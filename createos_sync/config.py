@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -20,6 +21,7 @@ SHAPE_ENV = "CREATEOS_SHAPE"
 RATE_SCOPES = ("machine", "process")
 RateScope = Literal["machine", "process"]
 CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
+STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -179,3 +181,12 @@ def _rate_scope(value: object) -> RateScope:
     if value not in RATE_SCOPES:
         raise ConfigError(f"rate_scope must be one of {', '.join(map(repr, RATE_SCOPES))}")
     return value  # type: ignore[return-value]
+
+
+def state_dir() -> Path:
+    """This machine's createos-sync state (the lease journal, the request budget's records)."""
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(base) / "createos-sync"

@@ -46,11 +46,11 @@ from typing import Any
 import attrs
 
 from .._wire.server_text import ID
+from ..config import STATE_DIR_ENV, state_dir
 from ..errors import ConfigError
 
 log = logging.getLogger("createos_sync.journal")
 
-STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 JOURNAL_ENV = "CREATEOS_SYNC_JOURNAL"
 FILE_NAME = "leases.json"
 SET_ASIDE_PREFIX = FILE_NAME + ".unreadable-"
@@ -79,14 +79,6 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def state_dir() -> Path:
-    explicit = os.environ.get(STATE_DIR_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
-    return Path(base) / "createos-sync"
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:

@@ -20,7 +20,8 @@ import attrs
 import pytest
 
 from createos_sync._sandboxes import journal as _journal
-from createos_sync._sandboxes.journal import Entry, Journal, enabled, state_dir
+from createos_sync._sandboxes.journal import Entry, Journal, enabled
+from createos_sync.config import state_dir
 from createos_sync.errors import ConfigError
 
 URL = "https://api.example"
