@@ -190,3 +190,18 @@ def state_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
     return Path(base) / "createos-sync"
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` (and its missing parents) made; it is this user's alone (0700), whatever the
+    umask: sandbox ids, names and budget records are nobody else's business."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777
+    if mode != 0o700 and path.stat().st_uid == os.geteuid():
+        path.chmod(0o700)
+    return path
+
+
+def private_file(path: Path, flags: int) -> int:
+    """``os.open`` of ``path``, created 0600 whatever the umask (the mode is only ever cut)."""
+    return os.open(path, flags, 0o600)

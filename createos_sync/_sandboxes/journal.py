@@ -46,7 +46,7 @@ from typing import Any
 import attrs
 
 from .._wire.server_text import ID
-from ..config import STATE_DIR_ENV, state_dir
+from ..config import STATE_DIR_ENV, private_dir, private_file, state_dir
 from ..errors import ConfigError
 
 log = logging.getLogger("createos_sync.journal")
@@ -211,8 +211,9 @@ class Journal:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with _threads, open(self.directory / (FILE_NAME + ".lock"), "a") as lock:
+        private_dir(self.directory)
+        lock_file = private_file(self.directory / (FILE_NAME + ".lock"), os.O_WRONLY | os.O_CREAT)
+        with _threads, os.fdopen(lock_file, "w") as lock:
             if fcntl is not None:
                 _wait_for_lock(lock.fileno())
             yield
@@ -263,7 +264,8 @@ class Journal:
         for attempt in range(100):
             aside = self.directory / f"{SET_ASIDE_PREFIX}{stamp}{f'-{attempt}' if attempt else ''}"
             try:
-                with open(aside, "xb") as handle:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                with os.fdopen(private_file(aside, flags), "wb") as handle:
                     handle.write(raw)
                     handle.flush()
                     os.fsync(handle.fileno())
