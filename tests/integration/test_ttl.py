@@ -124,6 +124,26 @@ def test_paused_past_its_ttl_then_resumed_the_sandbox_lives_on(
         assert box.run("echo alive").stdout == "alive\n"
 
 
+def test_paused_by_the_service_past_its_ttl_then_resumed_the_sandbox_lives_on(
+    emulator: Emulator, client: Client
+) -> None:
+    """README, ttl: a watchdog notices a pause behind its back (auto-pause) and counts again
+    from the resume (issue 29: only a pause through the lease was tested)."""
+
+    def settled(want: str) -> bool:
+        return client.sandbox(box.id or "").status == want
+
+    with client.lease(ttl=TTL) as box:
+        client.request("POST", f"/sandboxes/{box.id}/pause")  # the lease is not told
+        wait_until(lambda: settled("paused"), "the pause")
+        time.sleep(TTL + 3)
+        client.request("POST", f"/sandboxes/{box.id}/resume")
+        wait_until(lambda: settled("running"), "the resume")
+        time.sleep(3)  # the watchdog has looked at its file again since
+        assert box.id in emulator.live_sandboxes()
+        assert box.run("echo alive").stdout == "alive\n"
+
+
 def _ttl_files(emulator: Emulator, sandbox_id: str | None) -> set[str]:
     tmp = emulator.sandbox_path(sandbox_id or "", "/tmp")
     return {p.name for p in tmp.glob(".createos-sync-ttl-*")}
