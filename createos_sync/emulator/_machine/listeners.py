@@ -10,11 +10,16 @@ process of that very sandbox: it looks the port's listening sockets up in
 processes up in ``/proc/PID/fd``. In the private mode, a sandbox's
 namespace holds its own listeners only: nothing needs checking there.
 
-Reading ``/proc/net/tcp`` costs about as much as the machine has sockets
-(18 ms with 1,300 of them), so an owner, once found, is remembered as
-(pid, fd, inode) and checked again with one ``readlink``: while that
-descriptor still holds that socket, it still listens on that port (a
-listening socket cannot move), and it is still the one the sandbox owned.
+Two sockets may listen on one port at once (``SO_REUSEPORT``, same
+user), and the kernel spreads connections over them: the proxy forwards
+only while every listener on the port is the sandbox's own, else a host
+service sharing the port would receive preview traffic. A listener may join
+at any time, so the port's listeners are read for every request; reading
+``/proc/net/tcp`` costs about as much as the machine has sockets (18 ms
+with 1,300 of them). The owner, once found, is remembered as (pid, fd,
+inode) and checked again with one ``readlink`` instead of a scan of every
+process's descriptors: while that descriptor still holds that socket, and
+it is the port's only listener, the port is still the sandbox's alone.
 
 Without ``/proc/net`` (not Linux) ownership cannot be checked: the proxy
 then forwards to the loopback port as it is (``Listener.unchecked``).
@@ -87,8 +92,10 @@ class Owner:
 
 
 def owner(found: list[Listener], pids: Iterable[int]) -> Owner | None:
-    """The first of ``found`` that one of the processes ``pids`` holds open, if any."""
+    """One of ``found`` that one of the processes ``pids`` holds open, if any: and only if
+    they hold every one of ``found`` (no other program listens on that port)."""
     by_link = {_link(listener.inode): listener for listener in found}
+    held: dict[str, Owner] = {}
     for pid in pids:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -96,12 +103,14 @@ def owner(found: list[Listener], pids: Iterable[int]) -> Owner | None:
             continue  # gone meanwhile
         for fd in fds:
             try:
-                listener = by_link.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if listener is not None:
-                return Owner(listener, pid, int(fd))
-    return None
+            if link in by_link:
+                held.setdefault(link, Owner(by_link[link], pid, int(fd)))
+    if not held or len(held) < len(by_link):
+        return None
+    return next(iter(held.values()))
 
 
 def _link(inode: int | None) -> str:
