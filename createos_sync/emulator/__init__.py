@@ -44,12 +44,15 @@ acts on its own sandbox only (``_agent``, ``_netns``). Every launch
 (processes, terminals, template build steps, whose network has no agent)
 starts inside the network. Egress rules are
 stored and returned (``GET``/``PUT .../egress``) but NOT enforced.
-Preview URLs (``ingress_url_template``,
-``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/``) go through a
-reverse proxy in the emulator that refuses a sandbox with ingress off and
-forwards only to a listener owned by a process of that sandbox (``_ingress``,
-``_listeners``). ``PATCH /v1/sandboxes/{id}`` switches ingress and changes
-auto-pause; a sandbox idle for its auto-pause limit is paused.
+Preview URLs (``ingress_url_template``: an origin per sandbox port,
+``http://<port>-<sandbox id>.localhost:PORT/``, or the path form
+``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/`` where names under
+``localhost`` do not resolve; ``previews``) go through a reverse proxy in
+the emulator that refuses a sandbox with ingress off and forwards only to a
+port whose every listener a process of that sandbox holds (``ingress``,
+``listeners``); ``preview_session()`` opens them as a browser would.
+``PATCH /v1/sandboxes/{id}`` switches ingress and changes auto-pause; a
+sandbox idle for its auto-pause limit is paused.
 
 Output journal: while no stream is attached, the oldest frames are evicted
 beyond ``journal_bytes`` (a later ``connect`` gets 410). While a stream is
@@ -59,8 +62,9 @@ client loses nothing.
 """
 
 from ._service.faults import OPERATIONS, Fault
+from ._service.previews import session as preview_session
 from ._service.requestlog import RequestRecord
 from ._service.server import Emulator
 from ._state.sandboxes import LiveProcess
 
-__all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord"]
+__all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord", "preview_session"]

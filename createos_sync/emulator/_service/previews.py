@@ -110,9 +110,10 @@ def _lines(path: str, start: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip().startswith(start)]
 
 
-def session(host: str, ca_path: str | None) -> requests.Session:
+def session(host: str = "127.0.0.1", ca_path: str | None = None) -> requests.Session:
     """A ``requests`` session that reaches ``*.localhost`` names at ``host``, as a browser
-    does: each preview keeps its own origin (its own cookies), whatever this resolver says."""
+    does: each preview keeps its own origin (its own cookies), whatever this resolver says.
+    Other names are resolved as usual: it works for the service's preview URLs too."""
     web = requests.Session()
     adapter = _LocalhostAdapter(host)
     web.mount("http://", adapter)
