@@ -29,8 +29,11 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
 
 In both modes a one-shot exec's whole tree ends with its command (what it
 left in the background included), and the files API maps ``/workspace``,
-``/tmp`` and ``/home/user`` into the sandbox's storage and refuses every
-other path.
+``/tmp`` and ``/home/user`` into the sandbox's storage; the rest of the tree
+is served where the sandbox has a writable layer (bubblewrap and overlayfs),
+else refused. Run as root, bubblewrap drops every capability of the
+sandboxed root (``isolation``), and the files API opens paths beneath the
+sandbox's tree without following a symlink out of it (``beneath``).
 
 Network (``Emulator.network`` says which): ``private`` where bubblewrap
 works, namespaces can be made (root) and ``slirp4netns`` is installed: each
