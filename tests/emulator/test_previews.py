@@ -10,6 +10,7 @@ the sandbox's port (``SO_REUSEPORT``) must never receive preview traffic.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -20,6 +21,7 @@ import requests
 
 import createos_sync as cs
 from createos_sync.emulator import Emulator
+from createos_sync.emulator._machine import listeners
 
 from .helpers import Api, wait_until
 from .test_ingress import preview, serve
@@ -171,3 +173,26 @@ def test_previews_mode_is_checked(make_emu: Callable[..., Emulator], mode: str) 
     with pytest.raises(ValueError, match="previews"):
         Emulator(previews="hosts")
     assert make_emu(previews=mode).previews == mode
+
+
+def test_listeners_are_the_same_from_sock_diag_and_from_proc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not listeners.can_check():
+        pytest.skip("no /proc/net here")
+    with socket.socket(socket.AF_INET6) as six, socket.socket() as four:
+        six.bind(("::1", 0))
+        four.bind(("127.0.0.1", six.getsockname()[1]))
+        six.listen()
+        four.listen()
+        port = six.getsockname()[1]
+        asked = listeners.listeners(port)
+
+        def unavailable() -> list[listeners.Listener]:
+            raise OSError("no sock_diag")
+
+        monkeypatch.setattr(listeners, "_diagnosed", unavailable)
+        read = listeners.listeners(port)
+        inodes = {os.readlink(f"/proc/self/fd/{s.fileno()}") for s in (six, four)}
+    assert sorted(asked, key=str) == sorted(read, key=str) and len(read) == 2
+    assert {f"socket:[{found.inode}]" for found in read} == inodes
