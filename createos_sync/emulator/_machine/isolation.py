@@ -63,11 +63,12 @@ REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
 # A sandbox path at the start of a word: not part of a longer path or name.
 SANDBOX_PATH = re.compile(r"(?<![\w.~/-])(/workspace|/home/user|/tmp)(?![\w.-])")
 SHELL_SAFE = re.compile(r"[\w./-]+")
-# Run as root, bubblewrap keeps every capability in the sandbox: with CAP_DAC_READ_SEARCH a
-# command opens any host file by handle, with CAP_SYS_ADMIN it remounts its read-only binds.
-# Root there keeps uid 0 (it owns what it writes) but no capability, and where the kernel
-# allows it lives in a user namespace of its own, whose mounts it cannot unlock.
-ROOT_ARGS = ["--cap-drop", "ALL"]
+# Run as root (or, unprivileged, as root of the layer's user namespace), bubblewrap keeps
+# every capability in the sandbox: with CAP_DAC_READ_SEARCH a command opens any host file by
+# handle, with CAP_SYS_ADMIN it remounts its read-only binds. Root there keeps uid 0 (it owns
+# what it writes) but no capability, and where the kernel allows it (the emulator being
+# root) lives in a user namespace of its own, whose mounts it cannot unlock.
+NO_CAPABILITIES = ["--cap-drop", "ALL"]
 USERNS_ARGS = ["--unshare-user", "--uid", "0", "--gid", "0"]
 COPIES = ".etc"  # a sandbox's own copies of /etc files (``copy_over``), in its storage
 
@@ -211,8 +212,7 @@ class Bubblewrap:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
         wait status on ``status_fds[1]``."""
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
-        if os.geteuid() == 0:  # bubblewrap would keep root's capabilities (see ROOT_ARGS)
-            cmd += ROOT_ARGS + (USERNS_ARGS if self._userns else [])
+        cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
