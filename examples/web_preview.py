@@ -10,7 +10,7 @@ Each port's preview is an origin of its own, as in a browser: a cookie the
 app on one port sets never reaches the app on the other (the script shows
 which cookies each app received). It opens them with a ``requests``
 session, which keeps cookies per origin as a browser does; against the
-local emulator, whose previews are ``http://<port>-<sandbox id>.localhost:...``
+local emulator, whose previews are ``http://<port>-<sandbox id>.sb.localhost:...``
 hosts (browsers send ``*.localhost`` to this machine), that session is
 ``preview_session()``, which does the same for Python.
 

@@ -48,7 +48,7 @@ acts on its own sandbox only (``_agent``, ``_netns``). Every launch
 starts inside the network. Egress rules are
 stored and returned (``GET``/``PUT .../egress``) but NOT enforced.
 Preview URLs (``ingress_url_template``: an origin per sandbox port,
-``http://<port>-<sandbox id>.localhost:PORT/``, or the path form
+``http://<port>-<sandbox id>.sb.localhost:PORT/``, or the path form
 ``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/`` where names under
 ``localhost`` do not resolve; ``previews``) go through a reverse proxy in
 the emulator that refuses a sandbox with ingress off and forwards only to a

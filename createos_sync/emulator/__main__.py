@@ -32,7 +32,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--previews",
         choices=("auto", "host", "path"),
         default="auto",
-        help="preview URLs: an origin per sandbox port (http://PORT-ID.localhost:...) or one "
+        help="preview URLs: an origin per sandbox port (http://PORT-ID.sb.localhost:...) or one "
         "path prefix (default: host where this machine resolves *.localhost)",
     )
     parser.add_argument("--no-rate-limit", action="store_true", help="disable the 300/min limit")

@@ -67,7 +67,7 @@ def test_each_sandbox_port_is_an_origin_of_its_own(make_emu: Callable[..., Emula
     ):
         url_a, url_b = _start(a, "A", APP_PORT), _start(b, "B", APP_PORT + 1)
         port = emu.url.rsplit(":", 1)[1]
-        assert re.fullmatch(rf"http://{APP_PORT}-sb-[0-9a-f]+\.localhost:{port}/", url_a)
+        assert re.fullmatch(rf"http://{APP_PORT}-sb-[0-9a-f]+\.sb\.localhost:{port}/", url_a)
         assert browser.get(url_a + "set", timeout=10).text == "-"
         assert browser.get(url_b, timeout=10).text == "-"  # A's cookie stays A's
         assert browser.get(url_a, timeout=10).text == "session=secret-of-A"
@@ -196,3 +196,18 @@ def test_listeners_are_the_same_from_sock_diag_and_from_proc(
         inodes = {os.readlink(f"/proc/self/fd/{s.fileno()}") for s in (six, four)}
     assert sorted(asked, key=str) == sorted(read, key=str) and len(read) == 2
     assert {f"socket:[{found.inode}]" for found in read} == inodes
+
+
+def test_previews_of_an_https_emulator_have_their_own_certified_origins(
+    make_emu: Callable[..., Emulator],
+) -> None:
+    emu = make_emu(tls=True, previews="host")
+    with (
+        emu.client() as client,
+        cs.lease(client=client, ingress=True) as box,
+        emu.preview_session() as browser,
+    ):
+        url = _start(box, "A", APP_PORT)
+        assert url.startswith("https://") and ".sb.localhost:" in url
+        assert browser.get(url + "set", timeout=10).ok  # the certificate names it
+        assert browser.get(url, timeout=10).text == "session=secret-of-A"

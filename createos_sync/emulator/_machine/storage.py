@@ -15,6 +15,7 @@ bubblewrap, is refused.)
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import os
@@ -115,7 +116,7 @@ class Storage:
             )  # fmt: skip
         try:
             return layered(path)
-        except OSError:
+        except (OSError, TimeoutError, concurrent.futures.TimeoutError):  # distinct in 3.10
             raise PathRefused(403, "the sandbox's tree cannot be opened") from None
 
     def write(

@@ -4,7 +4,7 @@ A sandbox gets, as on the service, an ``ingress_url_template`` holding a
 ``<port>`` placeholder: a host of its own per sandbox port on loopback, or a
 path on the emulator's own address (``previews`` says which, and why)::
 
-    http://<port>-<sandbox id>.localhost:PORT/
+    http://<port>-<sandbox id>.sb.localhost:PORT/
     http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/
 
 A request whose ``Host`` names a preview goes to that sandbox port, whatever

@@ -4,7 +4,7 @@ On the service each sandbox has a host of its own, so one sandbox's app
 cannot read another's pages or cookies. The emulator's ``host`` form does
 the same on loopback::
 
-    http://<port>-<sandbox id>.localhost:PORT/
+    http://<port>-<sandbox id>.sb.localhost:PORT/
 
 Browsers send every ``*.localhost`` name to loopback (RFC 6761), and the
 proxy routes by ``Host``: each sandbox port is an origin of its own, none is
@@ -37,7 +37,8 @@ log = logging.getLogger("createos_sync.emulator")
 
 MODES = ("auto", "host", "path")
 PREFIX = "/_ingress/"
-HOST_FORM = re.compile(r"([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})\.localhost(?::[0-9]{1,5})?\Z")
+# Under "sb.localhost", not "localhost" itself: TLS refuses a wildcard over one label.
+HOST_FORM = re.compile(r"([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})\.sb\.localhost(?::[0-9]{1,5})?\Z")
 SANDBOX_PLACEHOLDER = "<sandbox id>"
 # systemd-resolved's stub answers *.localhost itself: so does a resolver that asks it.
 RESOLVED_STUB = "nameserver 127.0.0.53"
@@ -65,7 +66,7 @@ def template(url: str, mode: str) -> str:
     if mode == "host":
         scheme, _, address = url.partition("://")
         port = address.rsplit(":", 1)[1]
-        return f"{scheme}://<port>-{SANDBOX_PLACEHOLDER}.localhost:{port}/"
+        return f"{scheme}://<port>-{SANDBOX_PLACEHOLDER}.sb.localhost:{port}/"
     return f"{url}{PREFIX}{SANDBOX_PLACEHOLDER}/<port>/"
 
 
@@ -90,7 +91,7 @@ def resolves_localhost_names() -> bool:
     if not local:
         return False
     try:
-        found = socket.getaddrinfo(f"probe-{secrets.token_hex(4)}.localhost", None)
+        found = socket.getaddrinfo(f"probe-{secrets.token_hex(4)}.sb.localhost", None)
     except OSError:
         return False
     return bool(found) and all(a[4][0] in ("127.0.0.1", "::1") for a in found)
@@ -120,6 +121,7 @@ def session(host: str = "127.0.0.1", ca_path: str | None = None) -> requests.Ses
     web.mount("https://", adapter)
     if ca_path is not None:
         web.verify = ca_path
+        web.trust_env = False  # else REQUESTS_CA_BUNDLE would replace it
     return web
 
 
