@@ -139,7 +139,7 @@ Network = SharedNet | PrivateNet
 class Networks:
     """Makes each sandbox's network, in the mode chosen once at start."""
 
-    def __init__(self, mode: str, isolation: Isolation, root: Path) -> None:
+    def __init__(self, mode: str, isolation: Isolation) -> None:
         self._slirp = shutil.which("slirp4netns") or ""
         self._home = -1
         self.name = "shared"
@@ -148,7 +148,7 @@ class Networks:
         why = self._unavailable(isolation)
         if why is None:
             self.name = "private"
-            self._bind_resolver(isolation, root)
+            self._bind_resolver(isolation)
             return
         if mode == "private":
             raise RuntimeError(f"network='private' was asked for, but {why}")
@@ -187,7 +187,7 @@ class Networks:
         return None
 
     @staticmethod
-    def _bind_resolver(isolation: Isolation, root: Path) -> None:
+    def _bind_resolver(isolation: Isolation) -> None:
         """Point the sandboxes' DNS at slirp4netns, which forwards it to the host's resolver;
         each sandbox gets its own copies of ``resolv.conf`` and ``hosts``."""
         for target, text in (("/etc/resolv.conf", f"nameserver {SLIRP_DNS}\n"),

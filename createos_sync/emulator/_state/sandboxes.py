@@ -168,7 +168,7 @@ class SandboxStore:
     ) -> None:
         self._root = root
         self.isolation = isolation
-        self.networks = Networks(network, isolation, root)
+        self.networks = Networks(network, isolation)
         self._agents = GuestAgents(self._agent_request)
         self._delay = transition_delay
         self._journal_bytes = journal_bytes
