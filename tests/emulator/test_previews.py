@@ -172,6 +172,8 @@ def test_a_host_service_sharing_the_port_gets_no_preview_traffic(
 def test_previews_mode_is_checked(make_emu: Callable[..., Emulator], mode: str) -> None:
     with pytest.raises(ValueError, match="previews"):
         Emulator(previews="hosts")
+    with pytest.raises(ValueError, match="needs the emulator on 127"):
+        Emulator(host="::1", previews="host")
     assert make_emu(previews=mode).previews == mode
 
 

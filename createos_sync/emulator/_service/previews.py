@@ -40,18 +40,24 @@ PREFIX = "/_ingress/"
 # Under "sb.localhost", not "localhost" itself: TLS refuses a wildcard over one label.
 HOST_FORM = re.compile(r"([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})\.sb\.localhost(?::[0-9]{1,5})?\Z")
 SANDBOX_PLACEHOLDER = "<sandbox id>"
+HOST_FORM_ADDRESSES = ("127.0.0.1", "localhost")  # where *.localhost names lead
 # systemd-resolved's stub answers *.localhost itself: so does a resolver that asks it.
 RESOLVED_STUB = "nameserver 127.0.0.53"
 
 
+def check(mode: str, host: str) -> None:
+    """Refuse a ``previews`` mode that cannot work for an emulator listening at ``host``."""
+    if mode not in MODES:
+        raise ValueError(f"previews must be 'auto', 'host' or 'path', not {mode!r}")
+    if mode == "host" and host not in HOST_FORM_ADDRESSES:
+        raise ValueError("previews='host' needs the emulator on 127.0.0.1 (where *.localhost goes)")
+
+
 def choose(mode: str, host: str) -> str:
     """"host" or "path" for ``mode`` on an emulator listening at ``host``."""
-    loopback_name = host in ("127.0.0.1", "localhost")
-    if mode == "host" and not loopback_name:
-        raise ValueError("previews='host' needs the emulator on 127.0.0.1 (where *.localhost goes)")
     if mode != "auto":
         return mode
-    if loopback_name and resolves_localhost_names():
+    if host in HOST_FORM_ADDRESSES and resolves_localhost_names():
         return "host"
     log.info(
         "preview URLs use one path prefix on the emulator's origin: this machine's resolver "

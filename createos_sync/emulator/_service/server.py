@@ -79,8 +79,7 @@ class Emulator:
         _check_loopback(host)
         if isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
-        if previews not in preview_urls.MODES:
-            raise ValueError(f"previews must be 'auto', 'host' or 'path', not {previews!r}")
+        preview_urls.check(previews, host)
         if network not in ("auto", "private", "shared"):
             raise ValueError(f"network must be 'auto', 'private' or 'shared', not {network!r}")
         if not 1 <= frame_bytes <= min(journal_bytes, MAX_FRAME_BYTES):
