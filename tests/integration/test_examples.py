@@ -28,7 +28,12 @@ EXPECTED = {
         "template: tool ready: shard 1",
         "every job ran on the prepared setup",
     ],
-    "web_preview.py": ["preview URL: http://127.0.0.1:", "<h1>hello from a web app in the sandbox"],
+    "web_preview.py": [
+        "preview URL: http://",
+        "<h1>hello from a web app in the sandbox",
+        "shop received cookies: session-shop=s3cret",
+        "blog received cookies: ",  # none with an origin per preview, else the shop's
+    ],
 }
 
 

@@ -1,7 +1,8 @@
 """The WSGI application: routing, rate limit, authentication, faults, request log.
 
-Paths under ``/_ingress/`` are preview URLs, handed to the ingress proxy
-before any of that (``_ingress``).
+Requests for preview URLs (a preview's ``Host``, or a path under
+``/_ingress/``) are handed to the ingress proxy before any of that
+(``ingress``, ``previews``).
 
 Every request goes through the same steps, in the service's order: route
 (one operation name per endpoint), rate limit per client address, API key,
@@ -34,7 +35,6 @@ from .api_processes import ProcessApi
 from .api_sandboxes import SandboxApi
 from .api_templates import TemplateApi
 from .faults import Fault, FaultQueue, fault_from_json
-from .ingress import PREFIX as INGRESS_PREFIX
 from .ingress import IngressProxy
 from .ratelimit import RateLimiter
 from .requestlog import RequestLog, RequestRecord
@@ -130,6 +130,7 @@ class App:
         limiter: RateLimiter | None,
         requests: RequestLog,
         heartbeat: float,
+        previews: str = "path",
     ) -> None:
         self._store = store
         self._key = api_key.encode()
@@ -137,7 +138,7 @@ class App:
         self._limiter = limiter
         self._requests = requests
         self._map = _route_map()
-        self._ingress = IngressProxy(store)
+        self._ingress = IngressProxy(store, paths=previews == "path")
         sandboxes = SandboxApi(store, templates)
         processes = ProcessApi(store, heartbeat)
         builds = TemplateApi(templates, heartbeat)
@@ -181,7 +182,7 @@ class App:
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "").startswith(INGRESS_PREFIX):
+        if self._ingress.claims(environ):
             return self._ingress(environ, start_response)  # preview URLs: not the API
         request = Request(environ)
         response = self._dispatch(request)
