@@ -54,7 +54,7 @@ def test_error_tree() -> None:
 
 
 def test_is_cleanup_error_follows_cause_context_and_notes() -> None:
-    from createos_sync.errors import add_note, attach_cleanup_failure
+    from createos_sync.errors import attach_cleanup_failure
 
     cleanup = cs.CreateosCleanupError("x", sandbox_id="sb")
     assert cs.is_cleanup_error(cleanup)
