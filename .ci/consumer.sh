@@ -321,7 +321,9 @@ cells = [
     "client.close()\nemulator.close()",
 ]
 notebook = new_notebook(cells=[new_code_cell(c) for c in cells])
-nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+nbclient.NotebookClient(
+    notebook, timeout=120, startup_timeout=120, kernel_name="python3"
+).execute()
 outputs = [o for cell in notebook.cells for o in cell.outputs]
 stderr = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
 stdout = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
