@@ -75,11 +75,11 @@ def test_is_cleanup_error_follows_cause_context_and_notes() -> None:
 
 
 def _errors() -> list[cs.CreateosError]:
-    from createos_sync.errors import attach_cleanup_failure
+    from createos_sync.errors import add_note, attach_cleanup_failure
 
     failed = cs.RunResult(args="false", exit_code=1, stdout="", stderr="", process_id="p-1")
     api = cs.CreateosApiError("sandbox creation", 503, request_id="r-9", outcome_unknown=True)
-    api.add_note("a note")
+    add_note(api, "a note")  # BaseException.add_note is 3.11's
     carrier = cs.CommandFailed(failed)
     attach_cleanup_failure(carrier, cs.CreateosCleanupError("x", sandbox_id="sb-2"))
     return [
