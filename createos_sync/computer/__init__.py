@@ -93,7 +93,7 @@ class Computer:
             window_id=window_id,
             region=area,
         )
-        return Screenshot.from_png(png)
+        return Screenshot._from_png(png)
 
     def screen(self) -> tuple[int, int]:
         """``(width, height)`` of the screen in pixels. Request budget: 1 GET."""
@@ -232,13 +232,13 @@ class Computer:
         box = self._box()
         deadline = self._deadline()
         items = api.list_windows(box.transport, box.sandbox_id, name, self._screen, deadline)
-        return [Window.from_json(item) for item in items]
+        return [Window._from_json(item) for item in items]
 
     def active_window(self) -> Window:
         """The window that has the focus. Request budget: 1 GET."""
         box = self._box()
         data = api.current_window(box.transport, box.sandbox_id, self._screen, self._deadline())
-        return Window.from_json(data)
+        return Window._from_json(data)
 
     def window_geometry(self, window: WindowRef) -> WindowGeometry:
         """Where ``window`` is and how big. Request budget: 1 GET."""
@@ -246,7 +246,7 @@ class Computer:
         box = self._box()
         deadline = self._deadline()
         data = api.window_geometry(box.transport, box.sandbox_id, window_id, self._screen, deadline)
-        return WindowGeometry.from_json(data)
+        return WindowGeometry._from_json(data)
 
     def focus(self, window: WindowRef) -> None:
         """Raise ``window`` and give it the keyboard. Request budget: 1 POST."""
@@ -286,7 +286,7 @@ class Computer:
         """The desktop's screens. Request budget: 1 GET."""
         box = self._box()
         items = api.list_screens(box.transport, box.sandbox_id, self._deadline())
-        return [Screen.from_json(item) for item in items]
+        return [Screen._from_json(item) for item in items]
 
     def add_screen(self, width: int | None = None, height: int | None = None) -> Screen:
         """A new screen (the service's default size unless given); ``on(screen)`` drives it.
@@ -296,7 +296,7 @@ class Computer:
         size = _size(width, height)
         box = self._box()
         data = api.create_screen(box.transport, box.sandbox_id, size, self._deadline())
-        return Screen.from_json(data)
+        return Screen._from_json(data)
 
     def resize_screen(self, screen: ScreenRef, width: int, height: int) -> Screen:
         """Change a screen's size. Request budget: 1 POST."""
@@ -304,7 +304,7 @@ class Computer:
         size = {"width": check.side("width", width), "height": check.side("height", height)}
         box = self._box()
         data = api.resize_screen(box.transport, box.sandbox_id, screen_id, size, self._deadline())
-        return Screen.from_json(data)
+        return Screen._from_json(data)
 
     def remove_screen(self, screen: ScreenRef) -> None:
         """Remove a screen and what shows on it. Request budget: 1 DELETE."""

@@ -53,7 +53,7 @@ class Screenshot:
     height: int
 
     @classmethod
-    def from_png(cls, data: bytes) -> Screenshot:
+    def _from_png(cls, data: bytes) -> Screenshot:
         """Check that ``data`` is a PNG and read its size from its header."""
         if len(data) < 33 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
             raise ProtocolError(f"the answer to {Operation.COMPUTER} is not a PNG image")
@@ -88,7 +88,7 @@ class Window:
     title: str
 
     @classmethod
-    def from_json(cls, data: object) -> Window:
+    def _from_json(cls, data: object) -> Window:
         if not isinstance(data, dict):
             raise _bad("window")
         window_id = data.get("id")
@@ -107,7 +107,7 @@ class WindowGeometry:
     height: int
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> WindowGeometry:
+    def _from_json(cls, data: dict[str, Any]) -> WindowGeometry:
         def coordinate(key: str) -> int:
             value = data.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 1 << 20:
@@ -132,7 +132,7 @@ class Screen:
     height: int
 
     @classmethod
-    def from_json(cls, data: object) -> Screen:
+    def _from_json(cls, data: object) -> Screen:
         if not isinstance(data, dict):
             raise _bad("screen")
         screen_id = data.get("screen_id")
