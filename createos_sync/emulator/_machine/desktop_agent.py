@@ -108,14 +108,11 @@ class Screen:
         return done.stdout.decode("utf-8", "replace")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "screen_id": self.id,
-            "display": self.display,
-            "width": self.width,
-            "height": self.height,
-            "vnc_port": 0,
-            "novnc_port": 0,
-        }
+        ports = {"vnc_port": 0, "novnc_port": 0}  # no VNC server in the emulator
+        return {"screen_id": self.id, "display": self.display, **self.size(), **ports}
+
+    def size(self) -> dict[str, int]:
+        return {"width": self.width, "height": self.height}
 
     def stop(self) -> None:
         # TERM first: Xvfb then removes its lock file and socket.
@@ -142,14 +139,13 @@ def _start_server(width: int, height: int, fbdir: str) -> tuple[subprocess.Popen
         if os.path.exists(f"{X_DIR}/.X{number}-lock"):
             continue
         argv = ["Xvfb", f":{number}", "-screen", "0", f"{width}x{height}x24", "-fbdir", fbdir]
-        argv += ["-nolisten", "tcp", "-nolisten", "local", "-nocursor"]
+        argv += ["-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-noreset"]
         server = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        ready = [f"{X_DIR}/.X11-unix/X{number}", os.path.join(fbdir, "Xvfb_screen0")]
         deadline = time.monotonic() + START_TIMEOUT
         while server.poll() is None and time.monotonic() < deadline:
-            if all(os.path.exists(path) for path in ready):
+            if _answers(f":{number}") and server.poll() is None:
                 return server, f":{number}"
             time.sleep(0.02)
         if server.poll() is None:  # neither up nor refused in time: give up
@@ -157,6 +153,13 @@ def _start_server(width: int, height: int, fbdir: str) -> tuple[subprocess.Popen
             server.wait()
             break
     raise Refused(500, "the virtual display (Xvfb) did not start")
+
+
+def _answers(display: str) -> bool:
+    """Whether the X server accepts clients (its socket exists a moment before it does)."""
+    env = {**os.environ, "DISPLAY": display}
+    probe = ["xdotool", "getdisplaygeometry"]
+    return subprocess.run(probe, env=env, capture_output=True).returncode == 0
 
 
 # -- screenshots: the frame buffer file (XWD) to PNG ------------------------------
@@ -242,8 +245,7 @@ class Desktop:
         return {"png": base64.b64encode(png(image)).decode("ascii")}
 
     def op_screen(self, request: Request) -> Any:
-        screen = self.screen(request)
-        return {"width": screen.width, "height": screen.height}
+        return self.screen(request).size()
 
     def op_cursor(self, request: Request) -> Any:
         values = _numbers(self.screen(request).run("xdotool", "getmouselocation", "--shell"))
@@ -326,9 +328,13 @@ class Desktop:
 
     # windows (ids are decimal X window ids, as xdotool writes them)
     def op_windows_list(self, request: Request) -> Any:
-        found = []
+        found: list[dict[str, str]] = []
         application = (request.get("application") or "").lower()
-        for line in self.screen(request).run("wmctrl", "-l", "-x").splitlines():
+        try:
+            listing = self.screen(request).run("wmctrl", "-l", "-x")
+        except Refused:  # openbox removes its client list with its last window
+            return found
+        for line in listing.splitlines():
             parts = line.split(None, 4)  # id, desktop, class, host, title
             if len(parts) < 4 or parts[1] == "-1":  # -1: sticky parts of the desktop itself
                 continue
@@ -394,14 +400,8 @@ class Desktop:
     def geometry(self, screen: Screen, window: str) -> dict[str, Any]:
         self.window(screen, window)
         values = _numbers(screen.run("xdotool", "getwindowgeometry", "--shell", window))
-        return {
-            "id": window,
-            "x": values["X"],
-            "y": values["Y"],
-            "width": values["WIDTH"],
-            "height": values["HEIGHT"],
-            "screen": values.get("SCREEN", 0),
-        }
+        names = {"x": "X", "y": "Y", "width": "WIDTH", "height": "HEIGHT"}
+        return {"id": window, **{k: values[v] for k, v in names.items()}, "screen": 0}
 
     # screens
     def op_screens_list(self, request: Request) -> Any:
