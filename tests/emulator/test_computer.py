@@ -207,7 +207,7 @@ def test_a_machine_without_the_desktop_programs_names_the_packages(
         client.lease(rootfs="desktop:1").open()
     assert caught.value.status == 400
     message = str(caught.value)
-    for package in ("xvfb", "openbox", "xdotool", "wmctrl", "xclip"):
+    for package in ("xvfb", "openbox", "xdotool", "wmctrl", "xclip", "xterm"):
         assert package in message
 
 

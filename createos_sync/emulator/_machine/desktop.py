@@ -39,6 +39,7 @@ TOOLS = {
     "xdotool": "xdotool",
     "wmctrl": "wmctrl",
     "xclip": "xclip",
+    "xterm": "xterm",  # the image's terminal: what a user launches first
     "python3": "python3",
 }
 AGENT = Path(__file__).with_name("desktop_agent.py")
