@@ -6,6 +6,9 @@ them); the refusal such a machine gives is tested with a PATH without them.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -232,3 +235,30 @@ def _differing_rows(a: bytes, b: bytes) -> int:
         return [raw[i : i + stride] for i in range(0, len(raw), stride)]
 
     return sum(x != y for x, y in zip(rows(a), rows(b), strict=True))
+
+
+@needs_desktop
+def test_pause_freezes_the_desktop_and_resume_brings_it_back(box: cs.Lease) -> None:
+    computer = box.computer
+    window = xterm(box)
+    box.pause()
+    with pytest.raises(cs.SandboxUnavailable):
+        computer.screenshot()
+    box.resume()
+    assert computer.windows() == [window]  # the same desktop, frozen meanwhile
+
+
+@needs_desktop
+def test_a_desktop_whose_agent_died_starts_again(box: cs.Lease, emu: Emulator) -> None:
+    computer = box.computer
+    computer.set_clipboard("before")
+    with emu.client() as client:
+        answer = client.request("GET", f"/sandboxes/{box.id}/processes")
+    listed = {p["process_id"] for p in answer["processes"]}  # the lease's own
+    (agent,) = [p for p in emu.live_processes() if p.process_id not in listed]
+    for pid in agent.pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: agent.process_id not in {p.process_id for p in emu.live_processes()})
+    assert computer.clipboard() == ""  # a new desktop, with an empty clipboard
+    assert computer.screenshot().size == (1024, 768)
