@@ -27,21 +27,23 @@ from .._wire.api import computer as api
 from .._wire.deadline import Deadline
 from ..errors import Operation, ProtocolError
 from . import _checks as check
-from ._types import Screen, Screenshot, Window, WindowGeometry
+from ._types import (
+    Screen,
+    Screenshot,
+    Window,
+    WindowGeometry,
+    geometry_of,
+    point_of,
+    screen_of,
+    screenshot_of,
+    size_of,
+    window_of,
+)
 
 __all__ = ["Computer", "Screen", "Screenshot", "Window", "WindowGeometry"]
 
 WindowRef = Window | str
 ScreenRef = Screen | str
-
-
-def _point(data: dict[str, Any], what: str) -> tuple[int, int]:
-    x, y = data.get("x"), data.get("y")
-    for value in (x, y):
-        if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 1 << 20:
-            raise ProtocolError(f"the {what} in the answer to {Operation.COMPUTER} is not a point")
-    assert isinstance(x, int) and isinstance(y, int)
-    return x, y
 
 
 class Computer:
@@ -93,19 +95,19 @@ class Computer:
             window_id=window_id,
             region=area,
         )
-        return Screenshot._from_png(png)
+        return screenshot_of(png)
 
     def screen(self) -> tuple[int, int]:
         """``(width, height)`` of the screen in pixels. Request budget: 1 GET."""
         box = self._box()
         data = api.screen_size(box.transport, box.sandbox_id, self._screen, self._deadline())
-        return _size_of(data)
+        return size_of(data)
 
     def cursor(self) -> tuple[int, int]:
         """``(x, y)`` of the mouse pointer. Request budget: 1 GET."""
         box = self._box()
         data = api.cursor(box.transport, box.sandbox_id, self._screen, self._deadline())
-        return _point(data, "cursor")
+        return point_of(data, "cursor")
 
     # -- mouse ------------------------------------------------------------
 
@@ -232,13 +234,13 @@ class Computer:
         box = self._box()
         deadline = self._deadline()
         items = api.list_windows(box.transport, box.sandbox_id, name, self._screen, deadline)
-        return [Window._from_json(item) for item in items]
+        return [window_of(item) for item in items]
 
     def active_window(self) -> Window:
         """The window that has the focus. Request budget: 1 GET."""
         box = self._box()
         data = api.current_window(box.transport, box.sandbox_id, self._screen, self._deadline())
-        return Window._from_json(data)
+        return window_of(data)
 
     def window_geometry(self, window: WindowRef) -> WindowGeometry:
         """Where ``window`` is and how big. Request budget: 1 GET."""
@@ -246,7 +248,7 @@ class Computer:
         box = self._box()
         deadline = self._deadline()
         data = api.window_geometry(box.transport, box.sandbox_id, window_id, self._screen, deadline)
-        return WindowGeometry._from_json(data)
+        return geometry_of(data)
 
     def focus(self, window: WindowRef) -> None:
         """Raise ``window`` and give it the keyboard. Request budget: 1 POST."""
@@ -286,7 +288,7 @@ class Computer:
         """The desktop's screens. Request budget: 1 GET."""
         box = self._box()
         items = api.list_screens(box.transport, box.sandbox_id, self._deadline())
-        return [Screen._from_json(item) for item in items]
+        return [screen_of(item) for item in items]
 
     def add_screen(self, width: int | None = None, height: int | None = None) -> Screen:
         """A new screen (the service's default size unless given); ``on(screen)`` drives it.
@@ -296,7 +298,7 @@ class Computer:
         size = _size(width, height)
         box = self._box()
         data = api.create_screen(box.transport, box.sandbox_id, size, self._deadline())
-        return Screen._from_json(data)
+        return screen_of(data)
 
     def resize_screen(self, screen: ScreenRef, width: int, height: int) -> Screen:
         """Change a screen's size. Request budget: 1 POST."""
@@ -304,7 +306,7 @@ class Computer:
         size = {"width": check.side("width", width), "height": check.side("height", height)}
         box = self._box()
         data = api.resize_screen(box.transport, box.sandbox_id, screen_id, size, self._deadline())
-        return Screen._from_json(data)
+        return screen_of(data)
 
     def remove_screen(self, screen: ScreenRef) -> None:
         """Remove a screen and what shows on it. Request budget: 1 DELETE."""
@@ -338,12 +340,3 @@ def _size(width: int | None, height: int | None) -> dict[str, int]:
     if height is not None:
         size["height"] = check.side("height", height)
     return size
-
-
-def _size_of(data: dict[str, Any]) -> tuple[int, int]:
-    width, height = data.get("width"), data.get("height")
-    for value in (width, height):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 16:
-            raise ProtocolError(f"the screen size in the answer to {Operation.COMPUTER} is not one")
-    assert isinstance(width, int) and isinstance(height, int)
-    return width, height

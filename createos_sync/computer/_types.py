@@ -30,7 +30,8 @@ def _bad(what: str) -> ProtocolError:
     return ProtocolError(f"the {what} in the answer to {Operation.COMPUTER} is not plausible")
 
 
-def _int(data: dict[str, Any], key: str, what: str, *, low: int = 0) -> int:
+def _number(data: dict[str, Any], key: str, what: str, *, low: int) -> int:
+    """A whole number of pixels in ``low``..2**20 (a coordinate may be negative)."""
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1 << 20:
         raise _bad(f"{what} {key}")
@@ -51,16 +52,6 @@ class Screenshot:
     png: bytes
     width: int
     height: int
-
-    @classmethod
-    def _from_png(cls, data: bytes) -> Screenshot:
-        """Check that ``data`` is a PNG and read its size from its header."""
-        if len(data) < 33 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
-            raise ProtocolError(f"the answer to {Operation.COMPUTER} is not a PNG image")
-        width, height = struct.unpack(">II", data[16:24])
-        if not (0 < width <= 1 << 16 and 0 < height <= 1 << 16):
-            raise _bad("image size")
-        return cls(data, width, height)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -87,39 +78,15 @@ class Window:
     id: str
     title: str
 
-    @classmethod
-    def _from_json(cls, data: object) -> Window:
-        if not isinstance(data, dict):
-            raise _bad("window")
-        window_id = data.get("id")
-        if not isinstance(window_id, str) or not ID.match(window_id):
-            raise _bad("window id")
-        return cls(window_id, _title(data.get("title")))
-
 
 @attrs.frozen
 class WindowGeometry:
-    """Where a window is, in screen pixels."""
+    """Where a window's content is, in screen pixels (inside the window manager's frame)."""
 
     x: int
     y: int
     width: int
     height: int
-
-    @classmethod
-    def _from_json(cls, data: dict[str, Any]) -> WindowGeometry:
-        def coordinate(key: str) -> int:
-            value = data.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 1 << 20:
-                raise _bad(f"window {key}")
-            return value
-
-        return cls(
-            coordinate("x"),
-            coordinate("y"),
-            _int(data, "width", "window"),
-            _int(data, "height", "window"),
-        )
 
 
 @attrs.frozen
@@ -131,13 +98,52 @@ class Screen:
     width: int
     height: int
 
-    @classmethod
-    def _from_json(cls, data: object) -> Screen:
-        if not isinstance(data, dict):
-            raise _bad("screen")
-        screen_id = data.get("screen_id")
-        if not isinstance(screen_id, str) or not SCREEN_ID.match(screen_id):
-            raise _bad("screen id")
-        display = data.get("display")
-        shown = display if isinstance(display, str) and DISPLAY.match(display) else UNRECOGNISED
-        return cls(screen_id, shown, _int(data, "width", "screen"), _int(data, "height", "screen"))
+
+# -- from the service's answers ------------------------------------------------
+
+
+def screenshot_of(data: bytes) -> Screenshot:
+    """Check that ``data`` is a PNG and read its size from its header."""
+    if len(data) < 33 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
+        raise ProtocolError(f"the answer to {Operation.COMPUTER} is not a PNG image")
+    width, height = struct.unpack(">II", data[16:24])
+    if not (0 < width <= 1 << 16 and 0 < height <= 1 << 16):
+        raise _bad("image size")
+    return Screenshot(data, width, height)
+
+
+def window_of(data: object) -> Window:
+    if not isinstance(data, dict):
+        raise _bad("window")
+    window_id = data.get("id")
+    if not isinstance(window_id, str) or not ID.match(window_id):
+        raise _bad("window id")
+    return Window(window_id, _title(data.get("title")))
+
+
+def geometry_of(data: dict[str, Any]) -> WindowGeometry:
+    x, y = point_of(data, "window")
+    width, height = (_number(data, key, "window", low=0) for key in ("width", "height"))
+    return WindowGeometry(x, y, width, height)
+
+
+def screen_of(data: object) -> Screen:
+    if not isinstance(data, dict):
+        raise _bad("screen")
+    screen_id = data.get("screen_id")
+    if not isinstance(screen_id, str) or not SCREEN_ID.match(screen_id):
+        raise _bad("screen id")
+    display = data.get("display")
+    shown = display if isinstance(display, str) and DISPLAY.match(display) else UNRECOGNISED
+    size = size_of(data, "screen")
+    return Screen(screen_id, shown, *size)
+
+
+def size_of(data: dict[str, Any], what: str = "screen") -> tuple[int, int]:
+    """``(width, height)``, each at least 1."""
+    return _number(data, "width", what, low=1), _number(data, "height", what, low=1)
+
+
+def point_of(data: dict[str, Any], what: str) -> tuple[int, int]:
+    """``(x, y)`` of the pointer."""
+    return _number(data, "x", what, low=-(1 << 20)), _number(data, "y", what, low=-(1 << 20))
