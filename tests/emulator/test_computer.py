@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.desktop import missing_packages
 
 from .conftest import bwrap_works
-from .helpers import wait_until
+from .helpers import Api, wait_until
 
 needs_desktop = pytest.mark.skipif(
     bool(missing_packages()),
@@ -262,3 +263,37 @@ def test_a_desktop_whose_agent_died_starts_again(box: cs.Lease, emu: Emulator) -
     wait_until(lambda: agent.process_id not in {p.process_id for p in emu.live_processes()})
     assert computer.clipboard() == ""  # a new desktop, with an empty clipboard
     assert computer.screenshot().size == (1024, 768)
+
+
+@needs_desktop
+def test_the_emulator_checks_what_it_is_sent(api: Api) -> None:
+    sandbox_id = api.sandbox(rootfs="desktop:1")
+    base = f"/v1/sandboxes/{sandbox_id}/computer"
+    refused = [
+        ("GET", "/screen", {"params": {"screen_id": "screen-9"}}, 400),
+        ("POST", "/mouse/click", {"json": {"button": "back"}}, 400),
+        ("POST", "/mouse/move", {"json": {"x": -1, "y": 0}}, 400),
+        ("POST", "/keyboard/press", {"json": {"keys": ["a b"]}}, 400),
+        ("POST", "/keyboard/type", {"json": {"text": 7}}, 400),
+        ("POST", "/launch", {"json": {"application": "sh -c reboot"}}, 400),
+        ("POST", "/launch", {"json": {"application": "no-such-application"}}, 404),
+        ("POST", "/windows/not-a-window/focus", {}, 404),
+        ("POST", "/windows/99999/focus", {}, 404),
+        ("DELETE", "/screens/screen-0", {}, 400),
+        ("GET", "/screens/screen-3", {}, 404),
+        ("GET", "/screens/screen-0/connect", {}, 501),
+    ]
+    for method, path, kwargs, status in refused:
+        assert api.call(method, base + path, **kwargs).status_code == status, path
+    shot = api.call("GET", base + "/screenshot")
+    assert shot.headers["Content-Type"] == "image/png" and shot.content.startswith(b"\x89PNG")
+
+
+@needs_desktop
+def test_requests_at_once_start_one_desktop(api: Api, emu: Emulator) -> None:
+    sandbox_id = api.sandbox(rootfs="desktop:1")
+    path = f"/v1/sandboxes/{sandbox_id}/computer/screens"
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: api.data("GET", path), range(8)))
+    assert all([s["screen_id"] for s in a] == ["screen-0"] for a in answers)
+    assert len(emu.live_processes()) == 1  # one desktop agent (and its X server, window manager)
