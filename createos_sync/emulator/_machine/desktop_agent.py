@@ -1,20 +1,13 @@
 """The desktop of one emulated ``desktop:1`` sandbox, run INSIDE that sandbox.
 
-Started by ``_machine/desktop`` as ``python3 -I -S -c <this source> W H``:
-the standard library only, no file of the emulator needed inside the
-sandbox. It starts one virtual display per screen (Xvfb, its frame buffer
-kept in a file, so no screenshot tool is needed) with a window manager
-(openbox), then answers one JSON request per stdin line with one JSON line
-on stdout. Input goes through xdotool, windows through xdotool and wmctrl,
-the clipboard through xclip: all of them run here, in the sandbox, so
-whatever the sandbox does to its display can only reach the sandbox. The
-clipboard's owner (the xclip that stays in the background) lives as long
-as this process does.
-
-Requests: ``{"id": N, "op": NAME, "screen": "screen-0", ...}``; answers:
-``{"id": N, "ok": true, "data": ...}`` or ``{"id": N, "ok": false,
-"status": HTTP_STATUS, "message": M}``; the first line (id 0) says whether
-the first screen started.
+Run as ``python3 -I -S -c <this source> W H`` (the standard library only), it
+starts an Xvfb display per screen (its frame buffer file gives screenshots)
+with openbox, then answers each JSON line on stdin with one on stdout:
+``{"id", "op", "screen", ...}`` -> ``{"id", "ok": true, "data"}`` or ``{"id",
+"ok": false, "status", "message"}`` (the first answer, id 0: did it start).
+xdotool, wmctrl and xclip run here, in the sandbox, so whatever the sandbox
+does to its display reaches only the sandbox; the clipboard's owner (xclip,
+in the background) lives as long as this process.
 """
 
 from __future__ import annotations
@@ -40,6 +33,8 @@ MAX_DISPLAYS = 200
 X_DIR = "/" + "tmp"  # spelled so: plain mode rewrites sandbox paths in a command's words
 TOOL_TIMEOUT = 20.0
 STOP_GRACE = 2.0
+QUIET: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                         "stderr": subprocess.DEVNULL}  # fmt: skip
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
 WHEEL = {"up": "4", "down": "5"}
 # Key names a caller may know from other tools, as X keysyms (others are passed as given).
@@ -87,14 +82,7 @@ class Screen:
 
     def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
         """Start a program on this display, detached from the agent's pipes."""
-        return subprocess.Popen(
-            argv,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        return subprocess.Popen(argv, env=self.env, start_new_session=True, **QUIET)
 
     def run(self, *argv: str) -> str:
         """Run an X tool on this display; its output."""
@@ -130,22 +118,18 @@ class Screen:
 
 
 def _start_server(width: int, height: int, fbdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    """An Xvfb on the first free display number (its lock file decides a race).
-
-    Only the socket file: no abstract socket, which would be shared by every
-    sandbox on the host's network, and no TCP.
-    """
+    """An Xvfb on the first free display number (a killed server's lock is taken over),
+    on its socket file only: no abstract socket (the host's network may be shared), no TCP."""
     for number in range(MAX_DISPLAYS):
-        if os.path.exists(f"{X_DIR}/.X{number}-lock"):
-            continue
+        if _alive(_lock_pid(number)):
+            continue  # another display's (a race for it is decided by Xvfb's lock)
         argv = ["Xvfb", f":{number}", "-screen", "0", f"{width}x{height}x24", "-fbdir", fbdir]
         argv += ["-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-noreset"]
-        server = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        server = subprocess.Popen(argv, **QUIET)
         deadline = time.monotonic() + START_TIMEOUT
         while server.poll() is None and time.monotonic() < deadline:
-            if _answers(f":{number}") and server.poll() is None:
+            # Ours only once it holds the lock: until then, another server may answer there.
+            if _lock_pid(number) == server.pid and _answers(f":{number}"):
                 return server, f":{number}"
             time.sleep(0.02)
         if server.poll() is None:  # neither up nor refused in time: give up
@@ -153,6 +137,25 @@ def _start_server(width: int, height: int, fbdir: str) -> tuple[subprocess.Popen
             server.wait()
             break
     raise Refused(500, "the virtual display (Xvfb) did not start")
+
+
+def _lock_pid(number: int) -> int | None:
+    try:
+        with open(f"{X_DIR}/.X{number}-lock", encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    try:
+        if pid is not None:
+            os.kill(pid, 0)
+        return pid is not None
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
 
 
 def _answers(display: str) -> bool:
@@ -273,11 +276,11 @@ class Desktop:
             "mousemove", "--sync", *end, "mouseup", "1",
         )  # fmt: skip
 
-    def op_mouse_down(self, request: Request) -> None:
-        self.screen(request).run("xdotool", "mousedown", _button(request))
+    def op_mouse_down(self, request: Request, verb: str = "mousedown") -> None:
+        self.screen(request).run("xdotool", verb, _button(request))
 
     def op_mouse_up(self, request: Request) -> None:
-        self.screen(request).run("xdotool", "mouseup", _button(request))
+        self.op_mouse_down(request, "mouseup")
 
     def op_keyboard_type(self, request: Request) -> None:
         delay = str(request.get("delay_in_ms") or 12)
@@ -287,11 +290,11 @@ class Desktop:
         chord = "+".join(_keysym(key) for key in request["keys"])
         self.screen(request).run("xdotool", "key", "--", chord)
 
-    def op_keyboard_down(self, request: Request) -> None:
-        self.screen(request).run("xdotool", "keydown", "--", *map(_keysym, request["keys"]))
+    def op_keyboard_down(self, request: Request, verb: str = "keydown") -> None:
+        self.screen(request).run("xdotool", verb, "--", *map(_keysym, request["keys"]))
 
     def op_keyboard_up(self, request: Request) -> None:
-        self.screen(request).run("xdotool", "keyup", "--", *map(_keysym, request["keys"]))
+        self.op_keyboard_down(request, "keyup")
 
     # clipboard and applications
     def op_clipboard_get(self, request: Request) -> Any:
@@ -303,14 +306,9 @@ class Desktop:
 
     def op_clipboard_set(self, request: Request) -> None:
         # xclip stays in the background as the clipboard's owner: no pipe may stay with it.
-        done = subprocess.run(
-            ["xclip", "-selection", "clipboard", "-i"],
-            env=self.screen(request).env,
-            input=request["text"].encode(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=TOOL_TIMEOUT,
-        )
+        env, text = self.screen(request).env, request["text"]
+        argv, quiet = ["xclip", "-selection", "clipboard", "-i"], {**QUIET, "stdin": None}
+        done = subprocess.run(argv, env=env, input=text.encode(), timeout=TOOL_TIMEOUT, **quiet)
         if done.returncode != 0:
             raise Refused(400, "xclip failed")
 
