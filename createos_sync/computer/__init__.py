@@ -63,7 +63,7 @@ class Computer:
         return f"<Computer screen={self._screen or 'screen-0'}>"
 
     def on(self, screen: ScreenRef) -> Computer:
-        """The same desktop on another of its screens (see ``screens()``); no request."""
+        """The same desktop on another ``screen`` (see ``screens()``); no request."""
         return Computer(self._box, self._deadline, check.screen_id(screen))
 
     # -- seeing -----------------------------------------------------------
@@ -221,7 +221,8 @@ class Computer:
         api.launch(box.transport, box.sandbox_id, application, target, self._screen, deadline)
 
     def open(self, target: str) -> None:
-        """Open a URL or a file with the desktop's default application. Request budget: 1 POST."""
+        """Open ``target`` (a URL or a file) with the desktop's default application.
+        Request budget: 1 POST."""
         checked = check.single_line("target", target)
         box = self._box()
         api.open_target(box.transport, box.sandbox_id, checked, self._screen, self._deadline())
@@ -260,7 +261,7 @@ class Computer:
         self._window(window, "move", body)
 
     def resize_window(self, window: WindowRef, width: int, height: int) -> None:
-        """Resize ``window``. Request budget: 1 POST."""
+        """Make ``window`` ``width`` x ``height`` pixels. Request budget: 1 POST."""
         body = {"width": check.side("width", width), "height": check.side("height", height)}
         self._window(window, "resize", body)
 
@@ -291,7 +292,8 @@ class Computer:
         return [screen_of(item) for item in items]
 
     def add_screen(self, width: int | None = None, height: int | None = None) -> Screen:
-        """A new screen (the service's default size unless given); ``on(screen)`` drives it.
+        """A new screen, ``width`` x ``height`` (the service's default size for either not
+        given); ``on(screen)`` drives it.
 
         Request budget: 1 POST (not repeated after a lost answer: it creates).
         """
@@ -301,7 +303,7 @@ class Computer:
         return screen_of(data)
 
     def resize_screen(self, screen: ScreenRef, width: int, height: int) -> Screen:
-        """Change a screen's size. Request budget: 1 POST."""
+        """Make ``screen`` ``width`` x ``height`` pixels. Request budget: 1 POST."""
         screen_id = check.screen_id(screen)
         size = {"width": check.side("width", width), "height": check.side("height", height)}
         box = self._box()

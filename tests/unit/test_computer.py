@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import struct
 import zlib
@@ -16,6 +17,7 @@ import createos_sync as cs
 from createos_sync import Client
 from createos_sync.computer import Computer, Screen, WindowGeometry
 
+from .test_docstrings import undocumented
 from .wire import KEY, SANDBOX, Service, sandbox
 
 C = f"/sandboxes/{SANDBOX}/computer"
@@ -344,3 +346,12 @@ def test_an_implausible_screen_size_is_a_protocol_error(
     service.add("GET", C + "/screen", body=answer)
     with pytest.raises(cs.ProtocolError):
         box.computer.screen()
+
+
+def test_every_parameter_of_the_computer_is_described_in_its_docstring() -> None:
+    missing = {
+        name: undocumented(method, method.__doc__ or "")
+        for name, method in inspect.getmembers(Computer)
+        if not name.startswith("_") and callable(method)
+    }
+    assert {name: names for name, names in missing.items() if names} == {}
