@@ -33,6 +33,7 @@ MAX_DISPLAYS = 200
 X_DIR = "/" + "tmp"  # spelled so: plain mode rewrites sandbox paths in a command's words
 TOOL_TIMEOUT = 20.0
 STOP_GRACE = 2.0
+SETTLE = 2.0  # how long a window change is waited for
 QUIET: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
                          "stderr": subprocess.DEVNULL}  # fmt: skip
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
@@ -84,11 +85,16 @@ class Screen:
         """Start a program on this display, detached from the agent's pipes."""
         return subprocess.Popen(argv, env=self.env, start_new_session=True, **QUIET)
 
-    def run(self, *argv: str) -> str:
-        """Run an X tool on this display; its output."""
+    def run(self, *argv: str, settle: float | None = None) -> str:
+        """Run an X tool on this display; its output. With ``settle``, a tool still waiting
+        after that many seconds is done: xdotool's ``--sync`` waits for a change, forever
+        when there is none (a window asked for the size it already has)."""
         try:
-            done = subprocess.run(argv, env=self.env, capture_output=True, timeout=TOOL_TIMEOUT)
+            timeout = settle or TOOL_TIMEOUT
+            done = subprocess.run(argv, env=self.env, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
+            if settle is not None:
+                return ""
             raise Refused(504, f"{argv[0]} did not answer") from None
         if done.returncode != 0:
             lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -256,12 +262,12 @@ class Desktop:
 
     # mouse and keyboard
     def op_mouse_move(self, request: Request) -> None:
-        self.screen(request).run("xdotool", "mousemove", "--sync", *_xy(request))
+        self.screen(request).run("xdotool", "mousemove", *_xy(request))
 
     def op_mouse_click(self, request: Request) -> None:
         argv = ["xdotool"]
         if request.get("x") is not None and request.get("y") is not None:
-            argv += ["mousemove", "--sync", *_xy(request)]
+            argv += ["mousemove", *_xy(request)]
         count = str(request.get("count") or 1)
         self.screen(request).run(*argv, "click", "--repeat", count, _button(request))
 
@@ -272,8 +278,7 @@ class Desktop:
     def op_mouse_drag(self, request: Request) -> None:
         start, end = _xy(request["from"]), _xy(request["to"])
         self.screen(request).run(
-            "xdotool", "mousemove", "--sync", *start, "mousedown", "1",
-            "mousemove", "--sync", *end, "mouseup", "1",
+            "xdotool", "mousemove", *start, "mousedown", "1", "mousemove", *end, "mouseup", "1",
         )  # fmt: skip
 
     def op_mouse_down(self, request: Request, verb: str = "mousedown") -> None:
@@ -382,7 +387,7 @@ class Desktop:
     def xdotool(self, request: Request, *argv: str) -> None:
         screen = self.screen(request)
         self.window(screen, request["window"])
-        screen.run("xdotool", *argv)
+        screen.run("xdotool", *argv, settle=SETTLE)
 
     def wmctrl(self, request: Request, flag: str, *rest: str) -> None:
         screen = self.screen(request)
