@@ -233,9 +233,10 @@ def _point(body: dict[str, Any]) -> dict[str, int | None]:
 
 
 def _size(body: dict[str, Any], *, required: bool) -> dict[str, int]:
+    """``width`` and ``height`` as given (0 or absent: the desktop's choice, unless required)."""
     size = {}
     for key in ("width", "height"):
-        value = integer(body, key, 0 if not required else 1, MAX_SIDE, 0 if not required else None)
+        value = integer(body, key, 0, MAX_SIDE, 0)
         if value:
             size[key] = value
         elif required:
