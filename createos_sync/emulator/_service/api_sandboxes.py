@@ -16,6 +16,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import FileWrapper
 
+from .._machine.desktop import ROOTFS as DESKTOP_ROOTFS
+from .._machine.desktop import require_tools
 from .._machine.storage import CHUNK, PathRefused
 from .._state.catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
 from .._state.sandboxes import ForkChanges, SandboxSpec, SandboxStore
@@ -62,6 +64,8 @@ class SandboxApi:
         template = None if rootfs in ROOTFS_NAMES else self._templates.find(rootfs)
         if rootfs not in ROOTFS_NAMES and (template is None or template.status != "ready"):
             raise ApiError(400, "unknown rootfs (neither a base image nor a ready template)")
+        if rootfs == DESKTOP_ROOTFS:
+            require_tools()  # a clear refusal naming the packages, not a desktop that fails later
         ingress = _flag(body, "ingress_enabled")
         envs = text_map(body, "envs")
         spec = SandboxSpec(

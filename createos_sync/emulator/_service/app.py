@@ -28,9 +28,12 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from .._state.desktops import Desktops
 from .._state.sandboxes import SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import ApiError, failure, json_body, success
+from .api_computer import ROUTES as COMPUTER_ROUTES
+from .api_computer import ComputerApi
 from .api_processes import ProcessApi
 from .api_sandboxes import SandboxApi
 from .api_templates import TemplateApi
@@ -99,7 +102,10 @@ _map_lock = threading.Lock()
 @functools.cache
 def _route_map_unlocked() -> Map:
     return Map(
-        [Rule(path, methods=[method], endpoint=op) for path, method, op in ROUTES],
+        [
+            Rule(path, methods=[method], endpoint=op)
+            for path, method, op in (*ROUTES, *COMPUTER_ROUTES)
+        ],
         strict_slashes=False,
         merge_slashes=False,
     )
@@ -180,6 +186,7 @@ class App:
             "admin.state": self._state,
             "admin.requests": self._request_list,
         }
+        self._handlers.update(ComputerApi(Desktops(store)).handlers())
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         if self._ingress.claims(environ):
