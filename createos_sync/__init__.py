@@ -38,7 +38,18 @@ from .errors import (
 )
 from .fanout import map
 from .lease import Lease
-from .models import ProcessInfo, SandboxInfo, Shape, Template
+from .models import (
+    AccessToken,
+    AccessTokenInfo,
+    Bandwidth,
+    Disk,
+    DiskMount,
+    Network,
+    ProcessInfo,
+    SandboxInfo,
+    Shape,
+    Template,
+)
 from .process import Process
 from .result import RunResult
 
@@ -74,6 +85,9 @@ def lease(
 
 
 __all__ = [
+    "AccessToken",
+    "AccessTokenInfo",
+    "Bandwidth",
     "Client",
     "CommandFailed",
     "CommandTimeout",
@@ -82,9 +96,12 @@ __all__ = [
     "CreateosApiError",
     "CreateosCleanupError",
     "CreateosError",
+    "Disk",
+    "DiskMount",
     "Lease",
     "LeaseClosed",
     "LeaseExpired",
+    "Network",
     "OperationTimeout",
     "OutputLostError",
     "Process",

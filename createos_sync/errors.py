@@ -57,6 +57,9 @@ class Operation:
     PORT_WAIT = "port wait"
     TTL = "ttl watchdog"
     REQUEST = "API request"
+    DISK_MANAGEMENT = "disk management"
+    NETWORK_MANAGEMENT = "network management"
+    ACCESS_TOKEN = "access token management"
 
 
 class CreateosError(Exception):

@@ -30,6 +30,7 @@ from .._sandboxes import (
 from .._sandboxes import (
     shield as _shield,
 )
+from .._sandboxes.attachments import Attachments, merged
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.journal import Journal
@@ -89,6 +90,7 @@ class LeaseCore:
         self._expired = False
         self._pending_failure: CreateosCleanupError | None = None
         self._opened_at: float | None = None
+        self._attached = Attachments()  # disks, networks, a token: let go of at close
 
     @property
     def options(self) -> LeaseOptions:
@@ -183,7 +185,7 @@ class LeaseCore:
                 return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-        return make(self._client, self._options, self._record, deadline)
+        return make(self._client, self._options, self._record, deadline, self._attached)
 
     def _become_open(self, info: SandboxInfo, box: Box) -> None:
         with self._lock:
@@ -342,6 +344,12 @@ class LeaseCore:
             if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
                 self._forget_journal()
             raise
+        destroying = box.table.poisoned or self._on_exit == "destroy"
+        released = self._attached.release(box, budget.read(), destroying=destroying)
+        return merged(self._dispose(box, budget), released, box.sandbox_id, destroying)
+
+    def _dispose(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
+        """Destroy, keep or pause the sandbox, as the containment rule and ``on_exit`` say."""
         if box.table.poisoned:
             return self._destroy_poisoned(box, budget.destroy())
         if self._on_exit == "destroy":

@@ -122,8 +122,13 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     quoting in a shell script (true of the emulator's own temporary root).
     """
     dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
+    dirs.update((mount, str(host)) for mount, host in storage.binds.items())  # disks
     if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
         return text
+    pattern = SANDBOX_PATH
+    if storage.binds:
+        alternatives = "|".join(re.escape(m) for m in sorted(dirs, key=len, reverse=True))
+        pattern = re.compile(rf"(?<![\w.~/-])({alternatives})(?![\w.-])")
     # A host path of the emulator's storage (what `pwd` shows, given back) stays as it is,
     # although it may start with /tmp.
     storage_root = f"{storage.root.parent}/"
@@ -133,7 +138,7 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
             return match.group(0)
         return dirs[match.group(1)]
 
-    return SANDBOX_PATH.sub(mapped, text)
+    return pattern.sub(mapped, text)
 
 
 class Bubblewrap:
@@ -194,6 +199,8 @@ class Bubblewrap:
             cmd += ["--ro-bind", source, target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
+        for mount, host in sorted(storage.binds.items()):  # persistent disks, outer ones first
+            cmd += ["--bind", str(host), mount]
         cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
         if self._python is not None:
             # bubblewrap closes its status fd in the sandbox: the reporter

@@ -40,6 +40,8 @@ class Storage:
     def __init__(self, root: Path, lowers: tuple[Path, ...] = ()) -> None:
         self.root = root
         self.lowers = lowers  # template layers under this sandbox's own, topmost first
+        # Persistent disks: mount path -> the host directory standing in for the bucket.
+        self.binds: dict[str, Path] = {}
 
     @property
     def layer(self) -> Path:
@@ -68,7 +70,10 @@ class Storage:
         return self.root / dict(MOUNTS)[mount]
 
     def host_path(self, sandbox_path: str) -> Path | None:
-        """The host path of a sandbox path under one of the MOUNTS, else None."""
+        """The host path of a sandbox path under a disk or one of the MOUNTS, else None."""
+        for mount, host in sorted(self.binds.items(), key=lambda b: -len(b[0])):
+            if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
+                return host / sandbox_path[len(mount) :].lstrip("/")
         for mount, name in MOUNTS:
             if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
                 return self.root / name / sandbox_path[len(mount) :].lstrip("/")
@@ -91,10 +96,10 @@ class Storage:
             raise PathRefused(400, "path must not contain '..'")
         host = self.host_path(posixpath.normpath(sandbox_path))
         if host is None:
-            raise PathRefused(403, "path is outside /workspace, /tmp and /home/user")
+            raise PathRefused(403, "path is outside /workspace, /tmp, /home/user and the disks")
         resolved = Path(os.path.realpath(host))
-        root = Path(os.path.realpath(self.root))
-        if resolved != root and root not in resolved.parents:
+        roots = [Path(os.path.realpath(p)) for p in (self.root, *self.binds.values())]
+        if not any(resolved == root or root in resolved.parents for root in roots):
             raise PathRefused(403, "path escapes the sandbox storage")
         return resolved
 
