@@ -64,9 +64,9 @@ def test_a_lease_that_keeps_its_sandbox_disables_the_token_it_made(
     box.close()
     assert operations(emulator) == [("token.delete", 200)]  # 1 request, and nothing destroyed
     try:
-        with Client(api_key=token, base_url=emulator.url, requests_per_minute=FAST) as gone:
-            with pytest.raises(cs.CreateosApiError):
-                gone.sandbox(box.id)
+        gone = Client(api_key=token, base_url=emulator.url, requests_per_minute=FAST)
+        with gone, pytest.raises(cs.CreateosApiError):
+            gone.sandbox(box.id or "")
     finally:
         client.destroy(box.id or "")
 
