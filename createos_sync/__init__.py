@@ -39,7 +39,6 @@ from .errors import (
 from .fanout import map
 from .lease import Lease
 from .models import (
-    AccessToken,
     AccessTokenInfo,
     Bandwidth,
     Disk,
@@ -85,7 +84,6 @@ def lease(
 
 
 __all__ = [
-    "AccessToken",
     "AccessTokenInfo",
     "Bandwidth",
     "Client",

@@ -223,8 +223,10 @@ class Client:
         """Register an S3 bucket as a persistent disk named ``name``; mount it with
         ``lease(disks={"/mnt/data": disk})`` or ``box.attach_disk``.
 
-        The keys are sent once and never kept or shown (1 request, never repeated
-        after a lost answer: ``disk(name)`` then says whether it was made).
+        ``bucket`` at ``endpoint`` (``region``; ``path_style`` for path-style URLs,
+        as MinIO wants), reached with ``access_key`` and ``secret_key``: sent once,
+        never kept or shown. 1 request, never repeated after a lost answer
+        (``disk(name)`` then says whether it was made).
 
         Raises:
             ValueError, TypeError: an invalid name (``[a-z0-9][a-z0-9-]{0,62}``), bucket,
@@ -237,12 +239,13 @@ class Client:
         return Disk.from_api(_api.create_disk(self.transport, body, self._deadline()))
 
     def disk(self, id_or_name: str) -> Disk:
-        """The disk with this id or name (1 request)."""
+        """The disk ``id_or_name`` (its id or its name), read afresh (1 request)."""
         key = _disks.ref_key(_disks.check_ref(id_or_name))
         return Disk.from_api(_api.get_disk(self.transport, key, self._deadline()))
 
     def delete_disk(self, id_or_name: str | Disk) -> bool:
-        """Delete a disk's registration (its bucket keeps its files); False if it was unknown.
+        """Delete the registration of disk ``id_or_name`` (its bucket keeps its files);
+        False if it was unknown.
 
         Request budget: 1."""
         key = _disks.ref_key(_disks.check_ref(id_or_name))
@@ -251,7 +254,8 @@ class Client:
     def rotate_disk_credentials(
         self, id_or_name: str | Disk, *, access_key: str, secret_key: str
     ) -> Disk:
-        """Replace a disk's stored keys (1 request; the keys are never kept or shown)."""
+        """Replace the stored ``access_key`` and ``secret_key`` of disk ``id_or_name``
+        (1 request; the keys are never kept or shown)."""
         key = _disks.ref_key(_disks.check_ref(id_or_name))
         keys = _disks.credentials(access_key, secret_key)
         answer = _api.rotate_disk_credentials(self.transport, key, keys, self._deadline())
@@ -262,19 +266,22 @@ class Client:
         return [Network.from_api(n) for n in _api.list_networks(self.transport, self._deadline())]
 
     def create_network(self, name: str) -> Network:
-        """A new private network; sandboxes join it with ``lease(networks=[net])`` or
-        ``box.attach_network(net)`` (1 request, never repeated after a lost answer)."""
+        """A new private network called ``name``; sandboxes join it with
+        ``lease(networks=[net])`` or ``box.attach_network(net)`` (1 request, never repeated
+        after a lost answer)."""
         checked = checks.network_name(name)
         return Network.from_api(_api.create_network(self.transport, checked, self._deadline()))
 
     def network(self, network_id: str | Network) -> Network:
-        """The network, read afresh: ``.members`` maps sandbox ids to their ips (1 request)."""
+        """The network ``network_id`` (or a ``Network``), read afresh: ``.members`` maps
+        sandbox ids to their ips on it (1 request)."""
         key = _networks.network_id(_networks.check_ref(network_id))
         return Network.from_api(_api.get_network(self.transport, key, self._deadline()))
 
     def delete_network(self, network_id: str | Network) -> bool:
-        """Delete a network; False if unknown. The service refuses while it is in use, also
-        for a few seconds after its members went: this asks again for up to 30 s.
+        """Delete the network ``network_id``; False if unknown. The service refuses while it
+        is in use, also for a few seconds after its members went: this asks again for up
+        to 30 s.
 
         Request budget: 1, plus 1 per refusal while it is in use.
         """
@@ -296,8 +303,8 @@ class Client:
     ) -> Any:
         """Send one request to any endpoint under ``/v1``; return the envelope's ``data``.
 
-        The escape hatch for what the package does not wrap yet (networks,
-        disks, bandwidth, ssh keys): ``client.request("GET", "/whoami")``.
+        The escape hatch for what the package does not wrap (such as
+        ``client.request("GET", "/whoami")``).
         ``path`` is relative to ``/v1`` (a leading ``/v1`` is accepted). The
         request goes through the client's pacer, and its errors are the
         package's, secret-safe ones (the message of a 4xx is shown scrubbed
