@@ -17,7 +17,7 @@ from .helpers import operations
 @pytest.fixture
 def disk(client: Client) -> Iterator[cs.Disk]:
     made = client.create_disk(
-        "ci-cache", bucket="ci", endpoint="https://s3.example.com",
+        "test-cache", bucket="ci", endpoint="https://s3.example.com",
         access_key="AKIAEXAMPLE", secret_key="wJalrXUtnFEMI-SECRET",
     )  # fmt: skip
     yield made
@@ -29,7 +29,7 @@ def test_a_file_written_to_a_disk_is_read_by_the_next_sandbox(
 ) -> None:
     with client.lease(disks={"/mnt/cache": disk}) as first:
         first.run("mkdir -p /mnt/cache/pip && echo cached > /mnt/cache/pip/wheel", check=True)
-    with client.lease(disks={"/mnt/cache": "ci-cache"}) as second:  # by name: looked up
+    with client.lease(disks={"/mnt/cache": "test-cache"}) as second:  # by name: looked up
         assert second.run("cat /mnt/cache/pip/wheel", check=True).stdout == "cached\n"
         assert second.read_file("/mnt/cache/pip/wheel") == b"cached\n"  # the files API too
         [mount] = second.disks()
