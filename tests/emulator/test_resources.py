@@ -86,10 +86,12 @@ def test_members_reach_each_other_at_their_ips(
     api.data("POST", f"/v1/sandboxes/{client}/networks", json={"id": net})
     members = {m["sandbox_id"]: m["ip"] for m in api.data("GET", f"/v1/networks/{net}")["members"]}
     prefix = "10.89." if network == "private" else "127.89."
-    assert set(members) == {server, client} and all(ip.startswith(prefix) for ip in members.values())
+    assert set(members) == {server, client}
+    assert all(ip.startswith(prefix) for ip in members.values())
     started = api.process(server, "python3", "-c", SERVER)
     port = first_line(api, server, started)  # printed once it listens
-    probe = f"import socket; print(socket.create_connection(('{members[server]}', {port})).recv(99))"
+    address = (members[server], port)
+    probe = f"import socket; print(socket.create_connection({address!r}).recv(99))"
     assert shell(api, client, f'python3 -c "{probe}"') == "b'over the network'\n"
     assert api.call("DELETE", f"/v1/networks/{net}").status_code == 409  # members
     for sandbox_id in (server, client):
