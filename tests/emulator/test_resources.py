@@ -114,3 +114,13 @@ def test_a_token_acts_on_its_own_sandbox_only(api: Api) -> None:
     assert api.call("GET", f"/v1/sandboxes/{mine}", headers=as_token).status_code == 401
     api.data("DELETE", f"/v1/sandboxes/{mine}")
     assert api.call("GET", f"/v1/sandboxes/{mine}", headers={"X-Api-Key": new}).status_code == 401
+
+
+def test_a_symlink_in_a_disk_never_mounts_the_host(mode_api: Api) -> None:
+    disk_id = register(mode_api)
+    first = mode_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": "/mnt/d"}])
+    shell(mode_api, first, "ln -s /etc /mnt/d/escape")
+    second = mode_api.sandbox()
+    attach = mode_api.call("POST", f"/v1/sandboxes/{second}/disks",
+                           json={"disk_id": disk_id, "mount_path": "/x", "sub_path": "escape"})
+    assert attach.status_code == 400 and "symlink" in attach.text

@@ -14,6 +14,7 @@ mount outlives nothing: the sandbox's destroy forgets it, the files stay.
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import re
 import secrets
@@ -162,8 +163,11 @@ class DiskStore:
         return record, path, sub
 
     def mount(self, sandbox: Sandbox, record: DiskRecord, path: str, sub: str) -> Mount:
-        host = self._bucket_dir(record) / sub if sub else self._bucket_dir(record)
+        bucket = self._bucket_dir(record)
+        bucket.mkdir(parents=True, exist_ok=True)
+        host = _inside(bucket, bucket / sub if sub else bucket)
         host.mkdir(parents=True, exist_ok=True)
+        host = _inside(bucket, host)  # a symlink planted by a sandbox leads nowhere else
         mount = Mount(record, path, sub, host)
         with self._lock, sandbox.lock:
             if path in sandbox.storage.binds:
@@ -194,6 +198,15 @@ class DiskStore:
         key = hashlib.sha256(f"{record.endpoint}\0{record.bucket}".encode()).hexdigest()[:16]
         readable = re.sub(r"[^a-z0-9.-]", "-", record.bucket.lower())[:40]
         return self._buckets / f"{readable}-{key}"
+
+
+def _inside(bucket: Path, path: Path) -> Path:
+    """``path`` resolved, if it stays in the bucket's directory (a sandbox may have made
+    a symlink there, which a bind mount would follow onto the host)."""
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(bucket))
+    if real != root and root not in real.parents:
+        raise ApiError(400, "sub_path leads out of the disk (through a symlink)")
+    return real
 
 
 def _check_credentials(value: object) -> None:
