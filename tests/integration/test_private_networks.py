@@ -21,10 +21,20 @@ SERVER = (
 CLIENT = "import socket, sys; print(socket.create_connection((sys.argv[1], 5433), 5).recv(99))"
 
 
+def new_network(client: Client, name: str) -> cs.Network:
+    """A network, or a skip where the emulator cannot wire one (no iproute2: it says so)."""
+    try:
+        return client.create_network(name)
+    except cs.CreateosApiError as exc:
+        if exc.status == 501:
+            pytest.skip(str(exc))
+        raise
+
+
 def test_two_sandboxes_exchange_data_over_their_network(
     client: Client, emulator: Emulator
 ) -> None:
-    net = client.create_network("app-db")
+    net = new_network(client, "app-db")
     try:
         with client.lease(networks=[net]) as db, client.lease() as app:
             emulator.clear_request_log()
@@ -46,7 +56,7 @@ def test_two_sandboxes_exchange_data_over_their_network(
 def test_close_leaves_the_networks_it_joined_and_delete_retries_while_in_use(
     client: Client, emulator: Emulator
 ) -> None:
-    net = client.create_network("short-lived")
+    net = new_network(client, "short-lived")
     box = client.lease(networks=[net.id], ttl=None).open()
     emulator.clear_request_log()
     box.close()
@@ -58,7 +68,7 @@ def test_close_leaves_the_networks_it_joined_and_delete_retries_while_in_use(
 
 
 def test_detach_and_an_unknown_network(client: Client) -> None:
-    net = client.create_network("solo")
+    net = new_network(client, "solo")
     try:
         with client.lease() as box:
             box.attach_network(net)

@@ -102,11 +102,26 @@ class BridgeLinks:
             raise RuntimeError(f"ip {args[0]} {args[1]} failed: {why}")
 
 
-Links = LoopbackLinks | BridgeLinks
+class MissingLinks(LoopbackLinks):
+    """Private namespaces without iproute2: loopback aliases would not cross them."""
+
+    name = "unavailable"
+
+    def open(self, index: int) -> None:
+        raise RuntimeError(
+            "private networks between sandboxes need iproute2's `ip` and `nsenter` here "
+            "(apt-get install iproute2 util-linux), or an emulator with network='shared'"
+        )
+
+
+Links = LoopbackLinks | BridgeLinks | MissingLinks
 
 
 def choose(network_mode: str) -> Links:
-    """Bridges where sandboxes have namespaces of their own and ``ip`` is installed."""
-    if network_mode == "private" and shutil.which("ip") and shutil.which("nsenter"):
+    """Bridges where sandboxes have namespaces of their own; loopback aliases where they
+    share the host's network."""
+    if network_mode != "private":
+        return LoopbackLinks()
+    if shutil.which("ip") and shutil.which("nsenter"):
         return BridgeLinks()
-    return LoopbackLinks()
+    return MissingLinks()

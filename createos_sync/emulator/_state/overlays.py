@@ -61,7 +61,10 @@ class OverlayStore:
             index = next(self._indexes)
             if index > MAX_NETWORKS:
                 raise ApiError(409, "too many networks")
-            self.links.open(index)
+            try:
+                self.links.open(index)
+            except RuntimeError as exc:  # the machine cannot wire networks: say what it needs
+                raise ApiError(501, str(exc)) from None
             overlay = Overlay(f"net_{secrets.token_hex(8)}", name, index)
             self._networks[overlay.id] = overlay
         return overlay
