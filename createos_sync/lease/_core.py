@@ -278,8 +278,10 @@ class LeaseCore:
         opens the lease, ``close()`` wins: it returns once ``open()`` has
         destroyed what it created.
 
-        Request budget: one termination per process still running, then one
-        destroy (or a pause and its status polls); nothing for ``"keep"``.
+        Request budget: one termination per process still running, one detach
+        per disk and network the lease attached (when it destroys) or one to
+        disable a token it made (when it keeps or pauses: ``_sandboxes.attachments``),
+        then one destroy (or a pause and its status polls); nothing for ``"keep"``.
         With a ttl, ``"keep"`` and ``"pause"`` first terminate the watchdog:
         1 request (up to 4 when that stays unconfirmed: see ``_watchdog``).
 
