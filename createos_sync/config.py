@@ -24,6 +24,15 @@ CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+class Secret(str):
+    """A credential (an access token, a disk's keys): a ``str`` whose repr never shows it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('***')"
+
+
 class ApiKey(str):
     """The API key: a ``str`` whose repr never shows it.
 

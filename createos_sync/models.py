@@ -28,6 +28,7 @@ from ._wire.server_text import (
     token,
     url_template,
 )
+from .config import Secret
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
 # A sandbox in one of these states will not serve again: waits stop there.
@@ -217,15 +218,6 @@ def _ip(value: object) -> str | None:
         return str(ipaddress.ip_address(value))
     except ValueError:
         return UNRECOGNISED
-
-
-class Secret(str):
-    """A credential (an access token, a disk's keys): a ``str`` whose repr never shows it."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}('***')"
 
 
 class AccessToken(Secret):

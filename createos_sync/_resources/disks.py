@@ -13,7 +13,8 @@ from __future__ import annotations
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from .._wire.http import Transport
-from ..models import Disk, Secret
+from ..config import Secret
+from ..models import Disk
 from . import checks
 
 DiskRef = Disk | str

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from ...config import Secret
 from ...errors import Operation
 from ..deadline import Deadline
 from ..http import Transport
@@ -21,7 +22,7 @@ def create_access_token(t: Transport, sandbox_id: str, deadline: Deadline) -> di
         "POST", f"{_sandbox(sandbox_id)}/access-token", operation=TOKEN,
         repeat=Repeat.REFUSED_ONLY, deadline=deadline,
     )  # fmt: skip
-    return _object(reply.data, TOKEN)
+    return _masked(_object(reply.data, TOKEN))
 
 
 def rotate_access_token(t: Transport, sandbox_id: str, deadline: Deadline) -> dict[str, Any]:
@@ -30,7 +31,14 @@ def rotate_access_token(t: Transport, sandbox_id: str, deadline: Deadline) -> di
         "POST", f"{_sandbox(sandbox_id)}/access-token/rotate", operation=TOKEN,
         repeat=Repeat.REFUSED_ONLY, deadline=deadline,
     )  # fmt: skip
-    return _object(reply.data, TOKEN)
+    return _masked(_object(reply.data, TOKEN))
+
+
+def _masked(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer with its plaintext token masked in reprs (a traceback's locals show them)."""
+    if isinstance(answer.get("token"), str):
+        answer["token"] = Secret(answer["token"])
+    return answer
 
 
 def get_access_token(t: Transport, sandbox_id: str, deadline: Deadline) -> dict[str, Any]:
