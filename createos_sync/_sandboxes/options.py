@@ -142,8 +142,10 @@ def _check_flag(value: object) -> bool:
 
 def _check_disks(value: object) -> tuple[tuple[str, _disks.DiskRef], ...]:
     """Mount paths and the disks to mount there at creation: ``{"/mnt/data": disk}``."""
-    if value is None:
+    if value is None or value == ():
         return ()
+    if isinstance(value, tuple):  # already checked (``attrs.evolve`` converts again)
+        value = dict(value)
     if not isinstance(value, Mapping):
         raise ValueError('disks must map mount paths to disks, e.g. {"/mnt/data": disk}')
     return tuple((_checks.mount_path(p), _disks.check_ref(d)) for p, d in value.items())
@@ -158,7 +160,7 @@ def _check_networks(value: object) -> tuple[_networks.NetworkRef, ...]:
 
 
 def _check_ssh_keys(value: object) -> tuple[str, ...]:
-    return () if value is None else tuple(_checks.ssh_keys(value))
+    return () if value is None or value == () else tuple(_checks.ssh_keys(value))
 
 
 def _check_ingress(value: object) -> bool | None:
