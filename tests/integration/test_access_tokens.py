@@ -79,3 +79,24 @@ def test_a_lease_that_destroys_its_sandbox_sends_nothing_for_the_token(
     emulator.clear_request_log()
     box.close()
     assert operations(emulator) == [("sandbox.delete", 200)]
+
+
+def test_no_token_or_disk_key_reaches_a_state_file(
+    client: Client, emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    from createos_sync._sandboxes.journal import state_dir
+
+    caplog.set_level("DEBUG")
+    disk = client.create_disk("state-check", bucket="b", endpoint="https://s3.example.com",
+                              access_key="AKIA-STATE", secret_key="KEY-IN-NO-FILE")  # fmt: skip
+    try:
+        with client.lease(disks={"/mnt/d": disk}) as box:
+            token = box.create_access_token()
+            written = b"".join(
+                p.read_bytes() for p in state_dir().rglob("*") if p.is_file()
+            )  # the lease journal and the request budget's files, while the lease is open
+            assert (box.id or "-").encode() in written  # the journal was read
+            assert token.encode() not in written and b"KEY-IN-NO-FILE" not in written
+    finally:
+        client.delete_disk(disk)
+    assert token not in caplog.text and "KEY-IN-NO-FILE" not in caplog.text
