@@ -9,8 +9,12 @@ lease made is disabled, so that no key to the sandbox outlives the lease
 unnoticed. A failure to let go is never swallowed: ``close()`` reports it as
 a ``CreateosCleanupError`` (the destroy still happens).
 
+A network the lease made (``box.create_network``) is deleted once the sandbox
+is destroyed; left, with the sandbox in it, when the lease keeps it.
+
 Request budget at close: 1 per disk and per network the lease attached
-(when destroying), or 1 when it made a token (when keeping or pausing).
+(when destroying), or 1 when it made a token (when keeping or pausing);
+then 1 per network it made, plus 1 per "in use" answer.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import threading
 
 import attrs
 
+from .._resources import networks as _networks
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from ..errors import CreateosCleanupError, CreateosError, add_note
@@ -31,6 +36,7 @@ class Attachments:
 
     disks: list[tuple[str, str]] = attrs.Factory(list)
     networks: list[str] = attrs.Factory(list)
+    made_networks: list[str] = attrs.Factory(list)  # deleted once the sandbox is destroyed
     token: bool = False
     lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
 
@@ -78,6 +84,19 @@ class Attachments:
                 self.token = False
             except CreateosError as exc:
                 failed.append(f"its access token could not be disabled and still works ({exc})")
+        return failed
+
+    def delete_networks(self, box: Box, deadline: Deadline) -> list[str]:
+        """Delete the networks the lease made, once its sandbox is destroyed; the service
+        says "in use" for a few seconds after its members go: asked again for up to 30 s."""
+        with self.lock:
+            made, self.made_networks = list(self.made_networks), []
+        failed = []
+        for network_id in made:
+            try:
+                _networks.delete(box.transport, network_id, deadline, box.sleep)
+            except CreateosError as exc:
+                failed.append(f"network {network_id}, made by the lease, was not deleted ({exc})")
         return failed
 
 

@@ -348,7 +348,10 @@ class LeaseCore:
             raise
         destroying = box.table.poisoned or self._on_exit == "destroy"
         released = self._attached.release(box, budget.read(), destroying=destroying)
-        return merged(self._dispose(box, budget), released, box.sandbox_id, destroying)
+        failure = self._dispose(box, budget)
+        if failure is None and destroying:  # its members gone: the networks the lease made
+            released += self._attached.delete_networks(box, budget.read())
+        return merged(failure, released, box.sandbox_id, destroying)
 
     def _dispose(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
         """Destroy, keep or pause the sandbox, as the containment rule and ``on_exit`` say."""

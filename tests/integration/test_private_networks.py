@@ -95,3 +95,22 @@ def test_network_arguments_are_checked_before_any_request(
     with pytest.raises(ValueError):
         client.sandbox_by_ip("not-an-ip")
     assert emulator.request_log == []
+
+
+def test_a_network_the_lease_made_is_deleted_after_its_sandbox(
+    client: Client, emulator: Emulator
+) -> None:
+    with client.lease() as db:
+        try:
+            net = db.create_network("made-by-db")
+        except cs.CreateosApiError as exc:
+            if exc.status == 501:
+                pytest.skip(str(exc))
+            raise
+        with client.lease(networks=[net]) as app:
+            assert set(client.network(net).members) == {db.id, app.id}
+        emulator.clear_request_log()
+    ops = operations(emulator)
+    assert ops[:2] == [("network.detach", 200), ("sandbox.delete", 200)]
+    assert ops[-1] == ("network.delete", 200) and set(ops[2:-1]) <= {("network.delete", 409)}
+    assert client.networks() == []
