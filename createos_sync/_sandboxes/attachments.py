@@ -20,6 +20,7 @@ then 1 per network it made, plus 1 per "in use" answer.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import attrs
 
@@ -28,6 +29,9 @@ from .._wire import api as _api
 from .._wire.deadline import Deadline
 from ..errors import CreateosCleanupError, CreateosError, add_note
 from .box import Box
+from .containment import CleanupTime
+
+Dispose = Callable[[], CreateosCleanupError | None]
 
 
 @attrs.define
@@ -59,6 +63,17 @@ class Attachments:
         with self.lock:
             if network_id in self.networks:
                 self.networks.remove(network_id)
+
+    def letting_go(
+        self, box: Box, budget: CleanupTime, destroying: bool, dispose: Dispose
+    ) -> CreateosCleanupError | None:
+        """``close()``'s step: let go of what it must, ``dispose`` of the sandbox (destroy,
+        keep or pause it), then delete the networks the lease made if it is destroyed."""
+        released = self.release(box, budget.read(), destroying=destroying)
+        failure = dispose()
+        if failure is None and destroying:  # its members gone: the networks the lease made
+            released += self.delete_networks(box, budget.read())
+        return merged(failure, released, box.sandbox_id, destroying)
 
     def release(self, box: Box, deadline: Deadline, *, destroying: bool) -> list[str]:
         """Let go of what ``close()`` must (see the module); what could not be, in words."""

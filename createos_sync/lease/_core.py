@@ -30,7 +30,7 @@ from .._sandboxes import (
 from .._sandboxes import (
     shield as _shield,
 )
-from .._sandboxes.attachments import Attachments, merged
+from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.journal import Journal
@@ -346,12 +346,8 @@ class LeaseCore:
             if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
                 self._forget_journal()
             raise
-        destroying = box.table.poisoned or self._on_exit == "destroy"
-        released = self._attached.release(box, budget.read(), destroying=destroying)
-        failure = self._dispose(box, budget)
-        if failure is None and destroying:  # its members gone: the networks the lease made
-            released += self._attached.delete_networks(box, budget.read())
-        return merged(failure, released, box.sandbox_id, destroying)
+        destroys = box.table.poisoned or self._on_exit == "destroy"
+        return self._attached.letting_go(box, budget, destroys, lambda: self._dispose(box, budget))
 
     def _dispose(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
         """Destroy, keep or pause the sandbox, as the containment rule and ``on_exit`` say."""
