@@ -5,10 +5,12 @@
 An integration test's usual shape: a database in one sandbox, the app in
 another, joined by a private network. The app reaches the database at the
 database's ip on that network (``box.network_ip(net)``, not the sandbox's
-own ``ip``). Both leases leave the network before their sandboxes go, and
-the network is deleted at the end (``delete_network`` asks again while the
-service still counts the members that just left). Runs against CreateOS
-when CREATEOS_API_KEY is set, else against a local emulator.
+own ``ip``). The database's lease makes the network, so it owns it: both
+leases leave the network before their sandboxes go (the app's first: its
+``with`` block is inside), and the database's lease deletes the network
+after its own sandbox (asking again while the service still counts the
+members that just left). Runs against CreateOS when CREATEOS_API_KEY is set,
+else against a local emulator.
 """
 
 from __future__ import annotations
@@ -47,16 +49,15 @@ print("app got:", ask("GET greeting"))
 
 
 def main(client: cs.Client) -> None:
-    net = client.create_network("app-db-demo")
-    try:
-        with client.lease(networks=[net]) as db, client.lease(networks=[net]) as app:
-            db.start(["python3", "-c", DATABASE])
-            db.wait_for_port(PORT)
-            db_ip = db.network_ip(net)
-            print(f"database at {db_ip} on network {net.name}")
+    with client.lease() as db:
+        net = db.create_network("app-db-demo")  # deleted with the database's lease
+        db.start(["python3", "-c", DATABASE])
+        db.wait_for_port(PORT)
+        db_ip = db.network_ip(net)
+        print(f"database at {db_ip} on network {net.name}")
+        with client.lease(networks=[net]) as app:
             print(app.run(["python3", "-c", APP, str(db_ip)], check=True).stdout.strip())
-    finally:
-        client.delete_network(net)
+    print("networks left:", len(client.networks()))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ EXPECTED = {
     ],
     "web_preview.py": ["preview URL: http://127.0.0.1:", "<h1>hello from a web app in the sandbox"],
     "ci_cache_disk.py": ["job 2: cache hit: deps built by job"],
-    "app_and_database.py": ["database at ", "app got: hello from the database"],
+    "app_and_database.py": ["database at ", "app got: hello from the database", "networks left: 0"],
 }
 
 
