@@ -84,7 +84,7 @@ def test_a_lease_that_destroys_its_sandbox_sends_nothing_for_the_token(
 def test_no_token_or_disk_key_reaches_a_state_file(
     client: Client, emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from createos_sync._sandboxes.journal import state_dir
+    from createos_sync.config import state_dir
 
     caplog.set_level("DEBUG")
     disk = client.create_disk("state-check", bucket="b", endpoint="https://s3.example.com",
