@@ -27,7 +27,7 @@ import attrs
 from .._resources import networks as _networks
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from ..errors import CreateosCleanupError, CreateosError, add_note
+from ..errors import CreateosApiError, CreateosCleanupError, CreateosError, add_note
 from .box import Box
 from .containment import CleanupTime
 
@@ -90,9 +90,14 @@ class Attachments:
             for network_id in networks:
                 try:
                     _api.detach_network(box.transport, box.sandbox_id, network_id, deadline)
-                    self.drop_network(network_id)
+                except CreateosApiError as exc:
+                    if exc.status != 409:  # 409: not running (paused): the destroy takes it off
+                        failed.append(f"network {network_id} was not detached ({exc})")
+                        continue
                 except CreateosError as exc:
                     failed.append(f"network {network_id} was not detached ({exc})")
+                    continue
+                self.drop_network(network_id)
         elif token:
             try:
                 _api.disable_access_token(box.transport, box.sandbox_id, deadline)

@@ -114,3 +114,15 @@ def test_a_network_the_lease_made_is_deleted_after_its_sandbox(
     assert ops[:2] == [("network.detach", 200), ("sandbox.delete", 200)]
     assert ops[-1] == ("network.delete", 200) and set(ops[2:-1]) <= {("network.delete", 409)}
     assert client.networks() == []
+
+
+def test_a_paused_lease_still_closes_cleanly_off_its_network(
+    client: Client, emulator: Emulator
+) -> None:
+    net = new_network(client, "paused-member")
+    box = client.lease(networks=[net], ttl=None).open()
+    box.pause()
+    emulator.clear_request_log()
+    box.close()  # the service detaches running sandboxes only: the destroy takes it off
+    assert operations(emulator) == [("network.detach", 409), ("sandbox.delete", 200)]
+    assert client.delete_network(net) is True
