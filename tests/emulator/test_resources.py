@@ -10,7 +10,7 @@ import pytest
 
 from createos_sync.emulator import Emulator
 
-from .helpers import Api
+from .helpers import Api, wait_until
 
 SERVER = (
     "import socket\n"
@@ -124,3 +124,27 @@ def test_a_symlink_in_a_disk_never_mounts_the_host(mode_api: Api) -> None:
     attach = mode_api.call("POST", f"/v1/sandboxes/{second}/disks",
                            json={"disk_id": disk_id, "mount_path": "/x", "sub_path": "escape"})
     assert attach.status_code == 400 and "symlink" in attach.text
+
+
+def test_ips_and_networks_are_reused_once_free(api: Api) -> None:
+    first = api.data("POST", "/v1/networks", json={"name": "one"})["id"]
+    a, b = api.sandbox(networks=[{"id": first}]), api.sandbox()
+    api.data("POST", f"/v1/sandboxes/{b}/networks", json={"id": first})
+
+    def ips(net: str) -> dict[str, str]:
+        return {m["sandbox_id"]: m["ip"] for m in api.data("GET", f"/v1/networks/{net}")["members"]}
+
+    ip_b = ips(first)[b]
+    api.data("DELETE", f"/v1/sandboxes/{b}/networks/{first}")
+    api.data("POST", f"/v1/sandboxes/{b}/networks", json={"id": first})  # rejoins: a new link
+    assert ips(first)[b] == ip_b  # the lowest free number again
+    second = api.data("POST", "/v1/networks", json={"name": "two"})["id"]
+    prefix = ips(first)[a].rsplit(".", 1)[0]
+    api.data("DELETE", f"/v1/sandboxes/{a}")
+    api.data("DELETE", f"/v1/sandboxes/{b}")
+    api.data("DELETE", f"/v1/networks/{second}")
+    wait_until(lambda: api.call("DELETE", f"/v1/networks/{first}").status_code == 200,
+               what="the network deleted once no longer in use")  # fmt: skip
+    third = api.data("POST", "/v1/networks", json={"name": "three"})["id"]
+    c = api.sandbox(networks=[{"id": third}])
+    assert ips(third)[c].rsplit(".", 1)[0] == prefix  # the freed network's addresses

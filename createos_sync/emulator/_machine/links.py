@@ -36,7 +36,7 @@ class LoopbackLinks:
     def open(self, index: int) -> None:
         """Nothing to make for a network."""
 
-    def join(self, index: int, member: int, net: Network | None) -> None:
+    def join(self, index: int, member: int, link: int, net: Network | None) -> None:
         """Nothing to wire for a member."""
 
     def leave(self, index: int, net: Network | None) -> None:
@@ -69,10 +69,11 @@ class BridgeLinks:
             raise
         self._hubs[index] = fd
 
-    def join(self, index: int, member: int, net: Network | None) -> None:
+    def join(self, index: int, member: int, link: int, net: Network | None) -> None:
+        """``link`` names the bridge's end: unique, as a gone member's end may linger."""
         if not isinstance(net, PrivateNet):
             raise RuntimeError("the sandbox has no network namespace to wire")
-        hub, mine, peer = self._hubs[index], f"ovl{index}", f"m{member}"
+        hub, mine, peer = self._hubs[index], f"ovl{index}", f"m{link}"
         self._run(net.fd, "link", "add", mine, "type", "veth", "peer", "name", peer,
                   "netns", f"/proc/self/fd/{hub}", extra=(hub,))  # fmt: skip
         self._run(net.fd, "addr", "add", f"{self.address(index, member)}/24", "dev", mine)

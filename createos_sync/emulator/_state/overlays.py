@@ -42,8 +42,15 @@ class Overlay:
     index: int
     created_at: float = field(default_factory=time.time)
     members: dict[str, Member] = field(default_factory=dict)
-    numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(2))
     busy_until: float = 0.0
+
+    def free_number(self) -> int:
+        """The lowest member number (the last part of an ip) no member holds."""
+        taken = {m.number for m in self.members.values()}
+        number = next(n for n in range(2, MAX_MEMBERS + 2) if n not in taken)
+        if number > MAX_MEMBERS:
+            raise ApiError(409, "the network is full")
+        return number
 
 
 class OverlayStore:
@@ -54,12 +61,13 @@ class OverlayStore:
         self._in_use_after = in_use_after
         self._lock = threading.RLock()
         self._networks: dict[str, Overlay] = {}
-        self._indexes = itertools.count(1)
+        self._links = itertools.count()  # names each member's link: never reused
 
     def create(self, name: str) -> Overlay:
         with self._lock:
-            index = next(self._indexes)
-            if index > MAX_NETWORKS:
+            taken = {n.index for n in self._networks.values()}
+            index = next((i for i in range(1, MAX_NETWORKS + 1) if i not in taken), 0)
+            if not index:
                 raise ApiError(409, "too many networks")
             try:
                 self.links.open(index)
@@ -103,10 +111,8 @@ class OverlayStore:
             overlay = self.find(network_id)
             if sandbox.id in overlay.members:
                 raise ApiError(409, "the sandbox is already on this network")
-            number = next(overlay.numbers)
-            if number > MAX_MEMBERS:
-                raise ApiError(409, "the network is full")
-            self.links.join(overlay.index, number, sandbox.net)
+            number = overlay.free_number()
+            self.links.join(overlay.index, number, next(self._links), sandbox.net)
             overlay.members[sandbox.id] = Member(sandbox, number)
             return self.links.address(overlay.index, number)
 
