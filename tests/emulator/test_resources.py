@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,17 @@ def test_ips_and_networks_are_reused_once_free(api: Api) -> None:
     third = api.data("POST", "/v1/networks", json={"name": "three"})["id"]
     c = api.sandbox(networks=[{"id": third}])
     assert ips(third)[c].rsplit(".", 1)[0] == prefix  # the freed network's addresses
+
+
+def test_no_disk_under_a_read_only_system_directory(tmp_path: Path) -> None:
+    from createos_sync.emulator._machine.isolation import Bubblewrap
+    from createos_sync.emulator._state.disks import DiskStore
+    from createos_sync.emulator._wire import ApiError
+
+    store = DiskStore(tmp_path, Bubblewrap("bwrap", None))  # probed without overlays
+    disk = store.register({"name": "d", "config": {"bucket": "b", "endpoint": "https://s3.x"},
+                           "credentials": {"access_key": "a", "secret_key": "s"}})  # fmt: skip
+    with pytest.raises(ApiError) as refused:
+        store.check_mount({"disk_id": disk.id, "mount_path": "/opt/data"})
+    assert refused.value.status == 400 and "/mnt" in refused.value.message
+    assert store.check_mount({"disk_id": disk.id, "mount_path": "/mnt/data"})[1] == "/mnt/data"

@@ -174,7 +174,7 @@ class App:
         self._map = _route_map()
         self._ingress = IngressProxy(store)
         self._access = AccessStore()
-        disks = DiskStore(store.root)
+        disks = DiskStore(store.root, store.isolation)
         overlays = OverlayStore(_links.choose(store.networks.name), in_use_after)
         self.overlays = overlays
         attached = Attachments(store, disks, overlays, self._access)

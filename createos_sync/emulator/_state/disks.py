@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._machine.isolation import SYSTEM_DIRS, Isolation
 from .._wire import ApiError, optional_text, text, timestamp
 from .sandboxes import Sandbox
 
@@ -86,8 +87,9 @@ class Mount:
 class DiskStore:
     """Every disk registration and mount of one emulator, thread-safe."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, isolation: Isolation) -> None:
         self._buckets = root / "buckets"
+        self._isolation = isolation
         self._lock = threading.Lock()
         self._disks: dict[str, DiskRecord] = {}
         self._mounts: dict[str, list[Mount]] = {}
@@ -157,6 +159,11 @@ class DiskStore:
             or any(path == r or path.startswith(r + "/") for r in RESERVED)
         ):
             raise ApiError(400, "mount_path must be a normalised absolute path, not / or /proc")
+        if self._isolation.namespaced and self._isolation.overlays is None and any(
+            path == d or path.startswith(d + "/") for d in SYSTEM_DIRS
+        ):  # bubblewrap cannot make a mount point in a read-only system directory
+            raise ApiError(400, "this emulator shows system directories read-only (no "
+                           "overlayfs): mount the disk elsewhere, such as under /mnt")  # fmt: skip
         sub = optional_text(body, "sub_path") or ""
         if sub and (sub[0] == "/" or ".." in sub.split("/") or posixpath.normpath(sub) != sub):
             raise ApiError(400, "sub_path must be a relative path inside the bucket")
