@@ -52,7 +52,9 @@ def delete_disk(t: Transport, id_or_name: str, deadline: Deadline) -> bool:
         "DELETE", _disk(id_or_name), operation=OP, repeat=Repeat.SAFE, deadline=deadline,
         allow=frozenset({404}),
     )  # fmt: skip
-    return reply.status != 404
+    if reply.status == 404:
+        return False
+    return _object(reply.data or {}, OP).get("deleted") is not False
 
 
 def rotate_disk_credentials(
