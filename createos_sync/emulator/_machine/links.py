@@ -28,8 +28,6 @@ COMMAND_TIMEOUT = 10.0
 class LoopbackLinks:
     """Member ips as loopback aliases: nothing to wire."""
 
-    name = "loopback"
-
     def address(self, index: int, member: int) -> str:
         return f"127.89.{index}.{member}"
 
@@ -48,8 +46,6 @@ class LoopbackLinks:
 
 class BridgeLinks:
     """A bridge in a namespace per network, a veth pair per member."""
-
-    name = "bridge"
 
     def __init__(self) -> None:
         self._ip = shutil.which("ip") or "ip"
@@ -105,8 +101,6 @@ class BridgeLinks:
 
 class MissingLinks(LoopbackLinks):
     """Private namespaces without iproute2: loopback aliases would not cross them."""
-
-    name = "unavailable"
 
     def open(self, index: int) -> None:
         raise RuntimeError(
