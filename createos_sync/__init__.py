@@ -39,7 +39,17 @@ from .errors import (
 )
 from .fanout import map
 from .lease import Lease
-from .models import ProcessInfo, SandboxInfo, Shape, Template
+from .models import (
+    AccessTokenInfo,
+    Bandwidth,
+    Disk,
+    DiskMount,
+    Network,
+    ProcessInfo,
+    SandboxInfo,
+    Shape,
+    Template,
+)
 from .process import Process
 from .result import RunResult
 
@@ -75,6 +85,8 @@ def lease(
 
 
 __all__ = [
+    "AccessTokenInfo",
+    "Bandwidth",
     "Client",
     "CommandFailed",
     "CommandTimeout",
@@ -83,9 +95,12 @@ __all__ = [
     "CreateosApiError",
     "CreateosCleanupError",
     "CreateosError",
+    "Disk",
+    "DiskMount",
     "Lease",
     "LeaseClosed",
     "LeaseExpired",
+    "Network",
     "OperationTimeout",
     "OutputLostError",
     "Process",

@@ -26,6 +26,15 @@ STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+class Secret(str):
+    """A credential (an access token, a disk's keys): a ``str`` whose repr never shows it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('***')"
+
+
 class ApiKey(str):
     """The API key: a ``str`` whose repr never shows it.
 

@@ -58,6 +58,9 @@ class Operation:
     TTL = "ttl watchdog"
     COMPUTER = "computer use"
     REQUEST = "API request"
+    DISK_MANAGEMENT = "disk management"
+    NETWORK_MANAGEMENT = "network management"
+    ACCESS_TOKEN = "access token management"
 
 
 class CreateosError(Exception):

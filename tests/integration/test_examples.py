@@ -36,6 +36,8 @@ EXPECTED = {
         "blog received cookies: ",  # none with an origin per preview, else the shop's
     ],
     "desktop_screenshot.py": ["screen: 1024x768", "hello from the desktop", "screenshot: 1024x768"],
+    "ci_cache_disk.py": ["job 2: cache hit: deps built by job"],
+    "app_and_database.py": ["database at ", "app got: hello from the database", "networks left: 0"],
 }
 # The emulator's desktop needs Xvfb and friends (.ci/run installs them).
 RUNNABLE = [n for n in EXPECTED if n != "desktop_screenshot.py" or not missing_packages()]

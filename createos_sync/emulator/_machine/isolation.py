@@ -134,8 +134,13 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     quoting in a shell script (true of the emulator's own temporary root).
     """
     dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
+    dirs.update((mount, str(host)) for mount, host in storage.binds.items())  # disks
     if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
         return text
+    pattern = SANDBOX_PATH
+    if storage.binds:
+        alternatives = "|".join(re.escape(m) for m in sorted(dirs, key=len, reverse=True))
+        pattern = re.compile(rf"(?<![\w.~/-])({alternatives})(?![\w.-])")
     # A host path of the emulator's storage (what `pwd` shows, given back) stays as it is,
     # although it may start with /tmp.
     storage_root = f"{storage.root.parent}/"
@@ -145,7 +150,7 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
             return match.group(0)
         return dirs[match.group(1)]
 
-    return SANDBOX_PATH.sub(mapped, text)
+    return pattern.sub(mapped, text)
 
 
 class Bubblewrap:
@@ -224,6 +229,8 @@ class Bubblewrap:
             cmd += ["--bind", str(_own_copy(storage, target, text)), target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
+        for mount, host in sorted(storage.binds.items()):  # persistent disks, outer ones first
+            cmd += ["--bind", str(host), mount]
         # /proc/sys read-only: root's uid may write many sysctls without any capability.
         cmd += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         cmd += ["--chdir", cwd]

@@ -44,11 +44,13 @@ class PathRefused(Exception):
 
 
 class Storage:
-    """Directories ``workspace/``, ``tmp/`` and ``home/`` under ``root``."""
+    """Directories ``workspace/``, ``tmp/`` and ``home/`` under ``root``, and the disks' binds."""
 
     def __init__(self, root: Path, lowers: tuple[Path, ...] = ()) -> None:
         self.root = root
         self.lowers = lowers  # template layers under this sandbox's own, topmost first
+        # Persistent disks: mount path -> the host directory standing in for the bucket.
+        self.binds: dict[str, Path] = {}
 
     @property
     def layer(self) -> Path:
@@ -77,11 +79,18 @@ class Storage:
         return self.root / dict(MOUNTS)[mount]
 
     def host_path(self, sandbox_path: str) -> Path | None:
-        """The host path of a sandbox path under one of the MOUNTS, else None."""
+        """The host path of a sandbox path under a disk or one of the MOUNTS, else None."""
+        for mount, host in self._disks():
+            if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
+                return host / sandbox_path[len(mount) :].lstrip("/")
         for mount, name in MOUNTS:
             if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
                 return self.root / name / sandbox_path[len(mount) :].lstrip("/")
         return None
+
+    def _disks(self) -> list[tuple[str, Path]]:
+        """The disks' mounts, the deepest first (a disk may be mounted inside /workspace)."""
+        return sorted(self.binds.items(), key=lambda bind: -len(bind[0]))
 
     def view(self, sandbox_path: str) -> str:
         """Host path of what a command sees at ``sandbox_path`` (the layers, else the host's)."""
@@ -104,6 +113,9 @@ class Storage:
         if ".." in sandbox_path.split("/"):
             raise PathRefused(400, "path must not contain '..'")
         path = posixpath.normpath(sandbox_path)
+        for mount, host in self._disks():
+            if path == mount or path.startswith(mount + "/"):
+                return _opened(str(host)), path[len(mount) :].strip("/")
         for mount, name in MOUNTS:
             if path == mount or path.startswith(mount + "/"):
                 return _opened(str(self.root / name)), path[len(mount) :].strip("/")

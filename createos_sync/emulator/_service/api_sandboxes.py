@@ -31,8 +31,10 @@ from .._wire import (
     query_int,
     success,
     text,
+    text_list,
     text_map,
 )
+from .attachments import Attachments
 
 STATUSES = (
     "creating", "running", "pausing", "paused", "resuming", "forking",
@@ -41,9 +43,12 @@ STATUSES = (
 
 
 class SandboxApi:
-    def __init__(self, store: SandboxStore, templates: TemplateStore) -> None:
+    def __init__(
+        self, store: SandboxStore, templates: TemplateStore, attached: Attachments
+    ) -> None:
         self._store = store
         self._templates = templates
+        self._attached = attached
 
     def healthz(self, request: Request) -> Response:
         return success({"ok": True})
@@ -81,8 +86,20 @@ class SandboxApi:
             workdir=template.workdir if template is not None else "/workspace",
             lowers=template.lowers if template is not None else (),
         )
+        if body.get("bandwidth_quota_bytes") is not None:
+            raise ApiError(400, "bandwidth_quota_bytes cannot be set at creation (fork, recharge)")
+        keys = text_list(body, "ssh_pubkeys")
+        wanted = self._attached.wanted(body)  # disks and networks: checked before it exists
         seed = template.root if template is not None else None
-        return success(self._store.create(spec, seed).answer(), 201)
+        sandbox = self._store.create(spec, seed)
+        try:
+            self._attached.attach(sandbox, wanted)
+        except BaseException:
+            self._store.destroy(sandbox.id)
+            raise
+        if keys:
+            self._attached.access.add_keys(sandbox.id, keys)
+        return success(sandbox.answer(), 201)
 
     def list(self, request: Request) -> Response:
         limit = query_int(request, "limit", 1, 500, 100)
@@ -126,7 +143,14 @@ class SandboxApi:
             envs=text_map(body, "envs"),
             ingress_enabled=_flag(body, "ingress_enabled"),
         )
-        return success(self._store.fork(sandbox_id, changes).answer(), 201)
+        keys = text_list(body, "ssh_pubkeys")
+        quota = integer(body, "bandwidth_quota_bytes", 1, 1 << 53, None)
+        sandbox = self._store.fork(sandbox_id, changes)
+        if keys:
+            self._attached.access.add_keys(sandbox.id, keys)
+        if quota is not None:
+            self._attached.access.set_quota(sandbox.id, quota)
+        return success(sandbox.answer(), 201)
 
     def patch(self, request: Request, sandbox_id: str) -> Response:
         """Change ingress and auto-pause of a live sandbox; answers the sandbox."""
