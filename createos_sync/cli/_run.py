@@ -5,6 +5,10 @@ The exit status is the command's own; 124 when it timed out (as with
 this CLI received signal N (130 for Ctrl-C) after cleaning up like
 ``Lease.close()``. Without ``--timeout`` the command has no time limit.
 
+Piped or redirected stdin (anything but a terminal) is CMD's stdin: it is
+staged in the sandbox before CMD starts, streamed in constant memory (1
+more request), as ``run(stdin=...)`` does; an empty one costs nothing.
+
 Uploads happen before the command, downloads after it whatever its exit
 status; a local directory is uploaded as a tree, and a remote directory is
 downloaded as one (one exec request asks the sandbox which download paths
@@ -22,6 +26,7 @@ import contextlib
 import os
 import signal
 import sys
+from typing import BinaryIO
 
 from .. import files
 from .._commands.command import Command, validate_env
@@ -54,6 +59,10 @@ The sandbox is destroyed afterwards, also on Ctrl-C, SIGTERM and SIGHUP, unless
 --keep is given. A single CMD argument runs as a bash script ('echo a && echo b');
 several run as argv, each item quoted. Uploads and downloads show progress bars
 when stderr is a terminal.
+
+Piped or redirected stdin ('echo hi | createos-sync run -- cat') is read to its
+end and given to CMD, streamed, before CMD starts; stdin from a terminal is not
+forwarded (CMD reads an empty one: type into `createos-sync shell` instead).
 """
 
 EPILOG = """\
@@ -161,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             "--keep cannot be used with --local: the emulator ends with this command",
             hint=HELP_HINT,
         )
+    stdin = _piped_stdin(tty=args.tty)
     with signals_interrupt(), _local.client(local=args.local) as client:
         # The in-process emulator's sandboxes die with it: nothing for `reap` to find later.
         lease = client.lease(
@@ -181,11 +191,35 @@ def run(args: argparse.Namespace) -> int:
             if args.tty:
                 status = _on_terminal(box, command, cwd=args.cwd, env=env, timeout=timeout)
             else:
-                result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True)
+                result = box.run(
+                    command, cwd=args.cwd, env=env, stdin=stdin, timeout=timeout, echo=True
+                )
                 status = _status(result)
             if not _download_all(box, args.download) and status == 0:
                 status = EXIT_FAILURE
     return status
+
+
+def _piped_stdin(*, tty: bool) -> BinaryIO | None:
+    """This process's stdin when it is piped or redirected and not empty, else None.
+
+    Peeking waits for the first byte (or the end) before any sandbox exists.
+    """
+    source = sys.stdin.buffer if sys.stdin is not None else None
+    if source is None or source.isatty() or not _peek(source):
+        return None
+    if tty:
+        raise UsageError(
+            "--tty types into CMD's terminal: it cannot also read piped stdin", hint=HELP_HINT
+        )
+    return source
+
+
+def _peek(source: BinaryIO) -> bytes:
+    peek = getattr(source, "peek", None)
+    if callable(peek):
+        return bytes(peek(1))
+    return b"?"  # cannot tell without reading: forward it
 
 
 def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
