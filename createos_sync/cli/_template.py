@@ -52,7 +52,10 @@ def add_parser(
     ls.set_defaults(handler=list_templates)
 
     rm = actions.add_parser(
-        "rm", parents=[common], help="delete templates (sandboxes made from them are not affected)"
+        "rm",
+        parents=[common],
+        help="delete templates (one already gone is fine: said so; sandboxes made from them "
+        "are not affected)",
     )
     rm.add_argument("ids", nargs="+", metavar="ID")
     rm.set_defaults(handler=delete_templates)
@@ -91,12 +94,15 @@ def delete_templates(args: argparse.Namespace) -> int:
     with account() as client:
         for template_id in args.ids:
             try:
-                client.delete_template(template_id)
+                existed = client.delete_template(template_id)
             except CreateosError as exc:
                 say(f"deleting {template_id} failed: {exc}")
                 status = EXIT_FAILURE
                 continue
-            print(f"deleted {template_id}", flush=True)
+            if existed:
+                print(f"deleted {template_id}", flush=True)
+            else:
+                print(f"no such template {template_id} (already gone)", flush=True)
     return status
 
 

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from createos_sync import Client
 from createos_sync.emulator import Emulator
 
 from .subprocesses import CLI, DEADLINE, emulator_env
@@ -42,3 +43,11 @@ def test_run_forwards_piped_stdin(emulator: Emulator, env: dict[str, str]) -> No
     assert not [r for r in emulator.request_log if r.method == "PUT"]
     status, out, err = typed([*CLI, "run", "--tty", "--", "cat"], env, stdin=b"hi\n")
     assert (status, out) == (2, "") and "--tty" in err.splitlines()[0], err
+
+
+def test_template_rm_of_an_unknown_id_says_so(
+    emulator: Emulator, env: dict[str, str], client: Client
+) -> None:
+    status, out, err = typed([*CLI, "template", "rm", "tpl-nope"], env)
+    assert (status, out) == (0, "no such template tpl-nope (already gone)\n"), err
+    assert client.delete_template("tpl-nope") is False  # in Python: gone is fine, and said
