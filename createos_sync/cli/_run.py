@@ -146,7 +146,8 @@ def add_parser(
     parser.add_argument(
         "--local",
         action="store_true",
-        help="run on an in-process emulator (no account needed; its sandboxes end with it)",
+        help="run on the emulator that `createos-sync emulator` serves, else on an in-process "
+        "one (no account needed; an in-process emulator's sandboxes end with it)",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
     parser.set_defaults(handler=run)
@@ -165,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
             "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
             hint=HELP_HINT,
         )
-    if args.local and args.keep:
+    in_process = _local.in_process(local=args.local)
+    if in_process and args.keep:
         raise UsageError(
             "--keep cannot be used with --local: the emulator ends with this command",
             hint=HELP_HINT,
@@ -178,13 +180,14 @@ def run(args: argparse.Namespace) -> int:
             rootfs=args.rootfs,
             fork_from=args.fork_from,
             on_exit="keep" if args.keep else None,
-            journal=not args.local,
+            journal=not in_process,
             ttl=args.ttl,
         )
         open_lease(lease, client, args)
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
-                say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
+                again = f"createos-sync destroy{' --local' if args.local else ''} {box.id}"
+                say(f"keeping sandbox {box.id} (destroy it with: {again})")
             for local, remote in args.upload:
                 _upload(box, local, remote)
             timeout = args.timeout or NO_TIMEOUT

@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 
 from ..errors import CreateosError
-from ._local import account
+from ._local import account, add_local_flag
 from ._manage import _jsonable, _print_json, _print_table
 from ._report import EXIT_FAILURE, UsageError, say
 
@@ -45,10 +45,12 @@ def add_parser(
         help="the Dockerfile to build ('-' reads stdin; default: ./Dockerfile)",
     )
     build.add_argument("--base", help="the root file system to build on if there is no FROM")
+    add_local_flag(build)
     build.set_defaults(handler=build_template)
 
     ls = actions.add_parser("ls", parents=[common], help="list the templates of the account")
     ls.add_argument("--json", action="store_true", help="one JSON array, an object per template")
+    add_local_flag(ls)
     ls.set_defaults(handler=list_templates)
 
     rm = actions.add_parser(
@@ -58,12 +60,13 @@ def add_parser(
         "are not affected)",
     )
     rm.add_argument("ids", nargs="+", metavar="ID")
+    add_local_flag(rm)
     rm.set_defaults(handler=delete_templates)
 
 
 def build_template(args: argparse.Namespace) -> int:
     dockerfile = _read_dockerfile(args.file)
-    with account() as client:
+    with account(local=args.local) as client:
         try:
             template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
         except (TypeError, ValueError) as exc:
@@ -73,7 +76,7 @@ def build_template(args: argparse.Namespace) -> int:
 
 
 def list_templates(args: argparse.Namespace) -> int:
-    with account() as client:
+    with account(local=args.local) as client:
         templates = client.templates()
     if args.json:
         _print_json([attrs.asdict(t, value_serializer=_jsonable) for t in templates])
@@ -91,7 +94,7 @@ def list_templates(args: argparse.Namespace) -> int:
 
 def delete_templates(args: argparse.Namespace) -> int:
     status = 0
-    with account() as client:
+    with account(local=args.local) as client:
         for template_id in args.ids:
             try:
                 existed = client.delete_template(template_id)

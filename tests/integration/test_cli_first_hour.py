@@ -3,14 +3,20 @@ type it, in subprocesses against the session emulator."""
 
 from __future__ import annotations
 
+import os
+import signal
+import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from createos_sync import Client
+from createos_sync._sandboxes.journal import Entry, Journal
+from createos_sync.config import normalize_base_url
 from createos_sync.emulator import Emulator
 
-from .subprocesses import CLI, DEADLINE, emulator_env
+from .subprocesses import CLI, DEADLINE, emulator_env, read_until
 
 
 @pytest.fixture
@@ -51,3 +57,65 @@ def test_template_rm_of_an_unknown_id_says_so(
     status, out, err = typed([*CLI, "template", "rm", "tpl-nope"], env)
     assert (status, out) == (0, "no such template tpl-nope (already gone)\n"), err
     assert client.delete_template("tpl-nope") is False  # in Python: gone is fine, and said
+
+
+def without_key() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CREATEOS_")}
+    return {**env, "CREATEOS_SYNC_STATE_DIR": os.environ["CREATEOS_SYNC_STATE_DIR"]}
+
+
+def test_every_command_works_offline_on_the_standalone_emulator() -> None:
+    env = without_key()
+    assert typed([*CLI, "emulator", "--env"], env)[0] == 1  # none serves yet
+    status, out, err = typed([*CLI, "ls", "--local"], env)
+    assert (status, out) == (2, "") and "`createos-sync emulator`" in err, err
+    serving = subprocess.Popen(
+        [*CLI, "emulator", "--no-rate-limit", "--isolation", "none", "--network", "shared"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        read_until(serving, b"recorded in ")
+        record = Path(env["CREATEOS_SYNC_STATE_DIR"]) / "emulator.json"
+        assert stat.S_IMODE(record.stat().st_mode) == 0o600  # it holds the key
+        status, exports, _ = typed([*CLI, "emulator", "--env"], env)
+        assert status == 0 and exports.startswith("export CREATEOS_API_URL=http://127.0.0.1:")
+        assert "export CREATEOS_API_KEY=" in exports
+
+        status, _, err = typed([*CLI, "run", "--local", "--keep", "--", "true"], env)
+        assert status == 0, err
+        kept = err.split("keeping sandbox ")[1].split()[0]
+        assert "destroy --local " + kept in err
+        status, out, err = typed([*CLI, "ls", "--local"], env)
+        assert status == 0 and kept in out, err
+        assert typed([*CLI, "destroy", "--local", kept], env)[:2] == (0, f"destroyed {kept}\n")
+
+        dockerfile = b"FROM ubuntu:24.04\nRUN echo built > /workspace/b\n"
+        build = [*CLI, "template", "build", "t", "-f", "-", "--local"]
+        status, _, err = typed(build, env, dockerfile)
+        assert status == 0, err
+        template_id = err.split("template ")[1].split()[0]
+        status, out, _ = typed([*CLI, "template", "ls", "--local"], env)
+        assert template_id in out
+        removed = typed([*CLI, "template", "rm", "--local", template_id], env)
+        assert removed[:2] == (0, f"deleted {template_id}\n")
+        status, out, _ = typed([*CLI, "shapes", "--local"], env)
+        assert status == 0 and "s-1vcpu-1gb" in out
+        status, out, err = typed([*CLI, "reap", "--local"], env)
+        assert (status, out) == (0, "the lease journal is empty: nothing to reap\n"), err
+    finally:
+        serving.send_signal(signal.SIGTERM)
+        serving.communicate(timeout=DEADLINE)
+    assert not record.exists()  # withdrawn when it stops
+
+
+def test_reap_dry_run_needs_no_key(emulator: Emulator) -> None:
+    url = normalize_base_url(emulator.url)
+    gone = Entry(name="n", base_url=url, sandbox_id="sb-x", pid=2**22 + 1)
+    Journal().add(gone)
+    env = {**without_key(), "CREATEOS_API_URL": emulator.url}
+    status, out, err = typed([*CLI, "reap", "--dry-run"], env)
+    assert status == 0 and out.startswith("would destroy sb-x: its owner"), err
+    assert Journal().entries() == [gone]

@@ -76,7 +76,10 @@ def test_missing_and_rejected_keys_are_said_in_the_cli_s_own_words(env: dict[str
     )  # fmt: skip
     for account_command in (ls, templates):
         assert account_command[0] == 2
-        assert account_command[2].startswith("createos-sync: error: set CREATEOS_API_KEY (")
+        assert account_command[2].startswith(
+            "createos-sync: error: set CREATEOS_API_KEY, or add --local to use the emulator that "
+            "`createos-sync emulator` serves"
+        )
     assert "pass api_key=" not in run[2] + ls[2] + templates[2]  # a Python argument means nothing
     wrong_key = "k-wrong-0123456789"
     status, _, err = finish(spawn([*CLI, "ls"], {**env, "CREATEOS_API_KEY": wrong_key}))
