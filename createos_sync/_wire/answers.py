@@ -96,14 +96,21 @@ def server_message(content: bytes, request: Request, api_key: str) -> str | None
 
 
 def lost_answer(
-    exc: requests.RequestException, operation: str, repeat: Repeat, *, late: bool = False
+    exc: requests.RequestException,
+    operation: str,
+    repeat: Repeat,
+    *,
+    late: bool = False,
+    service: str | None = None,
 ) -> CreateosApiError:
     """Translate a transport failure; only a connection never made is known to be harmless.
 
-    ``late``: the request's cutoff fired (its deadline passed mid-answer).
+    ``late``: the request's cutoff fired (its deadline passed mid-answer). ``service``:
+    the base URL (validated: no user information, no query), named when unreachable.
     """
     if isinstance(exc, requests.ConnectTimeout) or never_connected(exc):
-        return CreateosApiError(operation, None, detail="could not connect to the service")
+        at = f" at {service}" if service else ""
+        return CreateosApiError(operation, None, detail=f"could not connect to the service{at}")
     what = LATE if late or isinstance(exc, requests.Timeout) else "the connection failed"
     if repeat is not Repeat.SAFE:
         what += "; the request may have taken effect"

@@ -359,7 +359,13 @@ class Transport:
                 )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
-            lost = lost_answer(exc, request.operation, request.repeat, late=cutoff.fired)
+            lost = lost_answer(
+                exc,
+                request.operation,
+                request.repeat,
+                late=cutoff.fired,
+                service=self.config.base_url,
+            )
         if lost is not None:
             # Raised outside the handler: the requests exception, whose message names the
             # URL with its query string, must not stay reachable as __context__.

@@ -68,10 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command_name == "emulator":
             return guarded(lambda: emulator_main(extra), debug=False)
         if extra:  # the subcommand's own parser would have said it: point to its help
+            command = " ".join(
+                n for n in (args.command_name, getattr(args, "template_action", None)) if n
+            )
             parser.exit(
                 EXIT_USAGE,
                 f"{PROG}: error: unrecognized arguments: {' '.join(extra)}\n"
-                f"see `{PROG} {args.command_name} --help`\n",
+                f"see `{PROG} {command} --help`\n",
             )
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -43,7 +43,7 @@ from ..process import Process
 from ..result import RunResult
 from . import _local
 from ._keystrokes import Typist
-from ._report import EXIT_FAILURE, UsageError, say
+from ._report import EXIT_FAILURE, UsageError, say, say_failure
 from ._signals import signals_interrupt
 from ._tty import forwarding_resizes, local_term, window_size
 
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
                     command, cwd=args.cwd, env=env, stdin=stdin, timeout=timeout, echo=True
                 )
                 status = _status(result)
-            if not _download_all(box, args.download) and status == 0:
+            if not _download_all(box, args.download, debug=args.debug) and status == 0:
                 status = EXIT_FAILURE
     return status
 
@@ -225,8 +225,11 @@ def _peek(source: BinaryIO) -> bytes:
     return b"?"  # cannot tell without reading: forward it
 
 
-def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
-    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error.
+def open_lease(
+    lease: Lease, client: Client, args: argparse.Namespace, *, hint: str = HELP_HINT
+) -> None:
+    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error,
+    followed by ``hint``.
 
     ``args`` has ``shape`` and ``rootfs`` (``run`` and ``shell`` share this).
     """
@@ -236,7 +239,7 @@ def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
         if exc.status == 400 and exc.operation == Operation.SANDBOX_CREATION:
             unknown = _unknown_name(client, args)
             if unknown is not None:
-                raise UsageError(unknown) from None
+                raise UsageError(unknown, hint=hint) from None
         raise
 
 
@@ -342,20 +345,21 @@ def _status(result: RunResult) -> int:
     return result.exit_code if result.exit_code is not None else EXIT_FAILURE
 
 
-def _download_all(box: Lease, downloads: list[tuple[str, str]]) -> bool:
-    """Try every download, report each failure; True if all succeeded."""
+def _download_all(box: Lease, downloads: list[tuple[str, str]], *, debug: bool) -> bool:
+    """Try every download, report each failure (with ``--debug``, its traceback); True if
+    all succeeded."""
     try:
         unsure = [remote for remote, _ in downloads if not remote.endswith("/")]
         directories = box._remote_directories(unsure)
     except CreateosError as exc:
-        say(f"finding out which download paths are directories failed: {exc}")
+        say_failure("finding out which download paths are directories", exc, debug=debug)
         return False
     succeeded = True
     for remote, local in downloads:
         try:
             _download(box, remote, local, directory=remote in directories or remote.endswith("/"))
         except (CreateosError, OSError) as exc:
-            say(f"downloading {remote} to {local} failed: {exc}")
+            say_failure(f"downloading {remote} to {local}", exc, debug=debug)
             succeeded = False
     return succeeded
 
@@ -438,4 +442,19 @@ def _download_spec(text: str) -> tuple[str, str]:
     remote, sep, local = text.rpartition(":")
     if not sep or not local or not remote:
         raise argparse.ArgumentTypeError(f"expected REMOTE:LOCAL: {text!r}")
+    _check_destination(local, directory=remote.endswith("/"))
     return _remote(remote), local
+
+
+def _check_destination(local: str, *, directory: bool) -> None:
+    """What can be known of a download's destination before a sandbox is created for it:
+    its directory exists, and it is not a directory with something in it already."""
+    parent = os.path.dirname(os.path.abspath(local))
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{local!r}: no such directory {parent!r}")
+    if os.path.isdir(local) and os.listdir(local):
+        raise argparse.ArgumentTypeError(
+            f"{local!r} is a directory that is not empty: download into a new path"
+        )
+    if directory and os.path.lexists(local) and not os.path.isdir(local):
+        raise argparse.ArgumentTypeError(f"{local!r} exists and is not a directory")

@@ -119,3 +119,26 @@ def test_reap_dry_run_needs_no_key(emulator: Emulator) -> None:
     status, out, err = typed([*CLI, "reap", "--dry-run"], env)
     assert status == 0 and out.startswith("would destroy sb-x: its owner"), err
     assert Journal().entries() == [gone]
+
+
+def test_cli_wording(emulator: Emulator, env: dict[str, str], tmp_path: Path) -> None:
+    status, _, err = typed([*CLI, "run", "--shape", "nope", "--", "true"], env)
+    assert status == 2 and err.splitlines()[1:] == ["see `createos-sync run --help`"], err
+    status, _, err = typed([*CLI, "template", "build", "x", "--bogus"], env)
+    assert status == 2 and err.splitlines()[1:] == ["see `createos-sync template build --help`"]
+    status, _, err = typed([*CLI, "ls"], {**env, "CREATEOS_API_KEY": "k-wrong-0123456789"})
+    assert status == 1 and err.count("the API key was rejected") == 1, err  # said once
+    unreachable = {**env, "CREATEOS_API_URL": "http://127.0.0.1:9"}
+    status, _, err = typed([*CLI, "ls"], unreachable)
+    assert status == 1 and "could not connect to the service at http://127.0.0.1:9" in err, err
+    status, _, err = typed([*CLI, "run", "--debug", "--download", "/nope:x", "--", "true"], env)
+    assert status == 1 and "Traceback" in err and "downloading /nope to x failed" in err, err
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "kept.txt").write_text("mine")
+    emulator.clear_request_log()
+    for destination in (tmp_path / "full", tmp_path / "no" / "such"):
+        download = f"/workspace/out:{destination}"
+        status, _, err = typed([*CLI, "run", "--download", download, "--", "true"], env)
+        assert status == 2 and str(destination) in err.splitlines()[0], err
+    assert emulator.request_log == []  # refused before any sandbox was made
