@@ -1,4 +1,11 @@
-"""The account commands: ``shapes``, ``ls``, ``destroy`` and ``reap``."""
+"""The account commands: ``shapes``, ``ls``, ``destroy`` and ``reap``.
+
+Every string of the service's that a table shows is checked first (``shown``):
+an id, shape or name that does not look like one is replaced, so that a
+hostile listing cannot write escape sequences (OSC 52, clear screen), bidi
+overrides or C1 controls to the terminal. ``--json`` escapes everything
+outside printable ASCII.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -17,12 +25,16 @@ import attrs
 
 from .._sandboxes.journal import Entry, Journal
 from .._sandboxes.reap import reap
+from .._wire.server_text import ID, STATUS, token
 from ..client import Client
 from ..config import API_KEY_ENV, BASE_URL_ENVS, DEFAULT_BASE_URL, normalize_base_url
 from ..errors import ConfigError, CreateosError
 from ..models import SandboxInfo
 from ._local import account, add_local_flag
 from ._report import EXIT_FAILURE, say
+
+# What a sandbox's or template's name may look like on the terminal.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/@+=-]{0,127}\Z")
 
 
 def add_parsers(
@@ -86,7 +98,8 @@ def list_shapes(args: argparse.Namespace) -> int:
         _print_json([attrs.asdict(s) for s in shapes])
         return 0
     rows = [
-        [s.id, _blank(s.vcpu), _blank(s.memory_mib), _blank(s.default_disk_mib)] for s in shapes
+        [shown(s.id), _blank(s.vcpu), _blank(s.memory_mib), _blank(s.default_disk_mib)]
+        for s in shapes
     ]
     _print_table(["ID", "VCPU", "MEMORY_MIB", "DISK_MIB"], rows)
     return 0
@@ -113,10 +126,10 @@ def list_sandboxes(args: argparse.Namespace) -> int:
     }
     rows = [
         [
-            s.id,
-            s.status,
-            _blank(s.shape),
-            _blank(s.name),
+            shown(s.id),
+            shown(s.status, STATUS),
+            shown(s.shape),
+            shown(s.name, NAME),
             s.created_at.isoformat(timespec="seconds") if s.created_at else "",
             "orphaned: see `createos-sync reap`" if s.id in orphans else "",
         ]
@@ -209,6 +222,12 @@ def _ask(pid: int) -> bool:
     )
     sys.stderr.flush()
     return sys.stdin.readline().strip() == str(pid)
+
+
+def shown(value: object, pattern: re.Pattern[str] = ID) -> str:
+    """A server's string fit for the terminal: as given if it matches ``pattern``, "" if
+    absent, else a placeholder."""
+    return token(value, pattern) or ""
 
 
 def _blank(value: object) -> str:

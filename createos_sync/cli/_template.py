@@ -13,9 +13,10 @@ from pathlib import Path
 
 import attrs
 
+from .._wire.server_text import TEMPLATE_STATUS
 from ..errors import CreateosError
 from ._local import account, add_local_flag
-from ._manage import _jsonable, _print_json, _print_table
+from ._manage import NAME, _jsonable, _print_json, _print_table, shown
 from ._report import EXIT_FAILURE, UsageError, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
@@ -71,7 +72,8 @@ def build_template(args: argparse.Namespace) -> int:
             template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc), hint=BUILD_HINT) from None
-    say(f"template {template.id} ({template.name}) is ready: use it with --rootfs {template.id}")
+    tid = shown(template.id)
+    say(f"template {tid} ({shown(template.name, NAME)}) is ready: use it with --rootfs {tid}")
     return 0
 
 
@@ -85,7 +87,14 @@ def list_templates(args: argparse.Namespace) -> int:
         print("no templates", flush=True)
         return 0
     rows = [
-        [t.id, t.status, t.name, t.base or "", _when(t.created_at), _when(t.built_at)]
+        [
+            shown(t.id),
+            shown(t.status, TEMPLATE_STATUS),
+            shown(t.name, NAME),
+            shown(t.base),
+            _when(t.created_at),
+            _when(t.built_at),
+        ]
         for t in templates
     ]
     _print_table(["ID", "STATUS", "NAME", "BASE", "CREATED", "BUILT"], rows)

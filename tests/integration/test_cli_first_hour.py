@@ -3,10 +3,13 @@ type it, in subprocesses against the session emulator."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import signal
 import stat
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -142,3 +145,47 @@ def test_cli_wording(emulator: Emulator, env: dict[str, str], tmp_path: Path) ->
         status, _, err = typed([*CLI, "run", "--download", download, "--", "true"], env)
         assert status == 2 and str(destination) in err.splitlines()[0], err
     assert emulator.request_log == []  # refused before any sandbox was made
+
+
+HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u202eevil\x9b31m"
+
+
+class _HostileListing(http.server.BaseHTTPRequestHandler):
+    """A compromised service: every listing's strings carry terminal attacks."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/v1/sandboxes"):
+            item = {"id": "sb-1" + HOSTILE, "status": "running" + HOSTILE, "shape": HOSTILE,
+                    "name": "n" + HOSTILE, "created_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+        elif self.path.startswith("/v1/templates"):
+            item = {"id": "tpl-1" + HOSTILE, "status": "ready", "name": "t" + HOSTILE,
+                    "base": HOSTILE}  # fmt: skip
+        else:
+            item = {"id": HOSTILE, "vcpu": 1, "memory_mib": 1024}
+        body = json.dumps({"status": "success", "data": [item]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def test_listings_never_print_the_service_s_escape_sequences() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileListing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        env = {**without_key(), "CREATEOS_API_URL": url, "CREATEOS_API_KEY": "k-0123456789"}
+        for command in (["ls"], ["template", "ls"], ["shapes"], ["ls", "--json"]):
+            status, out, err = typed([*CLI, *command], env)
+            assert status == 0, err
+            assert out.isascii() and "\x1b" not in out and "\x07" not in out, (command, out)
+            assert "(unrecognised)" in out or "--json" in command
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
