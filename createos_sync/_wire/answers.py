@@ -12,6 +12,7 @@ import email.utils
 import json
 import math
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -19,7 +20,7 @@ import urllib3.exceptions
 
 from ..errors import CreateosApiError, ProtocolError
 from .retry import Repeat
-from .server_text import REQUEST_ID, scrub, token
+from .server_text import request_id, scrub
 
 if TYPE_CHECKING:
     from .cutoff import Cutoff
@@ -41,7 +42,7 @@ def raise_for_status(
     status = response.status_code
     if 200 <= status < 300:
         return
-    request_id = request_id_of(response)
+    request_id = request_id_of(response, (api_key, *request.sent()))
     if 300 <= status < 400:
         raise CreateosApiError(
             request.operation,
@@ -71,8 +72,10 @@ def read_body(response: requests.Response, request: Request, cutoff: Cutoff) -> 
     raise CreateosApiError(request.operation, None, detail=broke, outcome_unknown=True)
 
 
-def request_id_of(response: requests.Response) -> str | None:
-    return token(response.headers.get("X-Request-Id"), REQUEST_ID)
+def request_id_of(response: requests.Response, secrets: Iterable[str] = ()) -> str | None:
+    """The answer's ``X-Request-Id`` if it looks like one and holds none of ``secrets``
+    (the key, every value the request sent); else the placeholder."""
+    return request_id(response.headers.get("X-Request-Id"), secrets)
 
 
 def server_message(content: bytes, request: Request, api_key: str) -> str | None:
