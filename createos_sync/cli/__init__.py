@@ -4,8 +4,12 @@
 
     createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... [--tty] -- CMD [ARG...]
     createos-sync shell [--local] [--shape S] [--rootfs R] [SANDBOX_ID]
-    createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
+    createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [--env]
     createos-sync template build NAME [-f DOCKERFILE] [--base B] | template ls | template rm ID...
+
+Every command takes ``--local``: the emulator that ``createos-sync emulator``
+serves in another terminal (``run`` and ``shell`` fall back to an in-process
+one). Piped stdin is ``run``'s command's stdin.
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
