@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 # One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,
-# percent escape, query string or fragment can be written with these.
-_API_PATH = re.compile(r"(?:/[A-Za-z0-9._~:@!$'()*+,;=-]+)+/?\Z")
+# percent escape, query string or fragment can be written with these; nor ';', which some
+# servers (Tomcat) read as the start of path parameters, so that "/..;/admin" climbs.
+_API_PATH = re.compile(r"(?:/[A-Za-z0-9._~:@!$'()*+,=-]+)+/?\Z")
 
 
 class Client:
@@ -294,10 +295,11 @@ def _checked_path(path: object) -> str:
         raise TypeError("path must be a str such as '/whoami'")
     relative = path[len("/v1") :] if path.startswith("/v1/") else path
     segments = relative.split("/")[1:]
-    if not _API_PATH.match(relative) or any(s in (".", "..") for s in segments):
+    if not _API_PATH.match(relative) or any(not s.strip(".") for s in segments if s):
         raise ValueError(
             "path must be an API path such as '/whoami': it starts with '/' and holds no "
-            "scheme, host, '..', percent escape, query string or fragment (use params=)"
+            "scheme, host, dot segment, ';', percent escape, query string or fragment "
+            "(use params=)"
         )
     return relative
 

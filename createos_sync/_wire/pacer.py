@@ -18,8 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .._sandboxes.journal import state_dir
-from ..config import RateScope
+from ..config import RateScope, state_dir
 from ..errors import OperationTimeout
 from .budget import BudgetRecord, RecordBusy, record_path
 from .deadline import Clock, Deadline

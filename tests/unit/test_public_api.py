@@ -109,3 +109,8 @@ def test_errors_pickle_whole() -> None:
     api = pickle.loads(pickle.dumps(_errors()[0]))
     assert isinstance(api, cs.CreateosApiError)
     assert (api.status, api.request_id, api.outcome_unknown) == (503, "r-9", True)
+
+
+def test_lease_closed_is_also_a_runtime_error() -> None:
+    """README, Errors: ``LeaseClosed (also RuntimeError)``."""
+    assert issubclass(cs.LeaseClosed, RuntimeError) and issubclass(cs.LeaseClosed, cs.CreateosError)
