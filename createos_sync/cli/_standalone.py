@@ -18,8 +18,7 @@ from pathlib import Path
 
 import attrs
 
-from .._sandboxes.journal import state_dir
-from ..config import API_KEY_ENV, CA_BUNDLE_ENV
+from ..config import API_KEY_ENV, CA_BUNDLE_ENV, private_dir, private_file, state_dir
 
 RECORD = "emulator.json"
 URL_ENV = "CREATEOS_API_URL"
@@ -52,11 +51,10 @@ def announced(url: str, api_key: str, ca_bundle: str | None) -> Iterator[Path]:
 
     OSError: the state directory cannot be written (the caller says so and serves on).
     """
-    path = record_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = private_dir(state_dir()) / RECORD
     data = {"url": url, "api_key": api_key, "ca_bundle": ca_bundle, "pid": os.getpid()}
     part = path.with_name(f".{RECORD}.{os.getpid()}")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = private_file(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     with os.fdopen(fd, "w") as out:
         json.dump(data, out)
     os.replace(part, path)
