@@ -61,8 +61,9 @@ several run as argv, each item quoted. Uploads and downloads show progress bars
 when stderr is a terminal.
 
 Piped or redirected stdin ('echo hi | createos-sync run -- cat') is read to its
-end and given to CMD, streamed, before CMD starts; stdin from a terminal is not
-forwarded (CMD reads an empty one: type into `createos-sync shell` instead).
+end and given to CMD, streamed, before CMD starts ('< /dev/null' gives none);
+stdin from a terminal is not forwarded (CMD reads an empty one: type into
+`createos-sync shell` instead).
 """
 
 EPILOG = """\
@@ -169,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     in_process = _local.in_process(local=args.local)
     if in_process and args.keep:
         raise UsageError(
-            "--keep cannot be used with --local: the emulator ends with this command",
+            "--keep cannot be used with --local unless `createos-sync emulator` serves in "
+            "another terminal: an in-process emulator ends with this command",
             hint=HELP_HINT,
         )
     stdin = _piped_stdin(tty=args.tty)
