@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import sys
 from typing import BinaryIO
@@ -51,6 +52,7 @@ EXIT_TIMEOUT = 124
 # Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
 # default of one operation timeout: the run API needs a finite number.
 NO_TIMEOUT = 7 * 24 * 3600.0
+STDIN_PATIENCE = 2.0  # seconds of silence on piped stdin before saying what is awaited
 ENDING = 5.0  # seconds for a command's end to be seen once its terminal refused a key
 
 DESCRIPTION = """\
@@ -221,10 +223,14 @@ def _piped_stdin(*, tty: bool) -> BinaryIO | None:
 
 
 def _peek(source: BinaryIO) -> bytes:
+    """The first byte of ``source`` left in its buffer ("" at its end); a wait says why."""
     peek = getattr(source, "peek", None)
-    if callable(peek):
-        return bytes(peek(1))
-    return b"?"  # cannot tell without reading: forward it
+    if not callable(peek):
+        return b"?"  # cannot tell without reading: forward it
+    with contextlib.suppress(OSError, ValueError):
+        if not select.select([source], [], [], STDIN_PATIENCE)[0]:
+            say("waiting for piped stdin to end before CMD starts ('< /dev/null' gives none)")
+    return bytes(peek(1))
 
 
 def open_lease(
