@@ -53,7 +53,7 @@ def add_parsers(
     destroy = commands.add_parser(
         "destroy", parents=[common], help="destroy sandboxes (one already gone is fine: said so)"
     )
-    destroy.add_argument("ids", nargs="+", metavar="ID")
+    destroy.add_argument("ids", nargs="+", type=id_argument, metavar="ID")
     add_local_flag(destroy)
     destroy.set_defaults(handler=destroy_sandboxes)
 
@@ -222,6 +222,13 @@ def _ask(pid: int) -> bool:
     )
     sys.stderr.flush()
     return sys.stdin.readline().strip() == str(pid)
+
+
+def id_argument(text: str) -> str:
+    """An id typed on the command line: refused before any request unless it looks like one."""
+    if not ID.match(text):
+        raise argparse.ArgumentTypeError(f"not an id: {text!r}")
+    return text
 
 
 def shown(value: object, pattern: re.Pattern[str] = ID) -> str:

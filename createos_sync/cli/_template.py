@@ -16,7 +16,7 @@ import attrs
 from .._wire.server_text import TEMPLATE_STATUS
 from ..errors import CreateosError
 from ._local import account, add_local_flag
-from ._manage import NAME, _jsonable, _print_json, _print_table, shown
+from ._manage import NAME, _jsonable, _print_json, _print_table, id_argument, shown
 from ._report import EXIT_FAILURE, UsageError, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
@@ -60,7 +60,7 @@ def add_parser(
         help="delete templates (one already gone is fine: said so; sandboxes made from them "
         "are not affected)",
     )
-    rm.add_argument("ids", nargs="+", metavar="ID")
+    rm.add_argument("ids", nargs="+", type=id_argument, metavar="ID")
     add_local_flag(rm)
     rm.set_defaults(handler=delete_templates)
 

@@ -129,6 +129,9 @@ def test_cli_wording(emulator: Emulator, env: dict[str, str], tmp_path: Path) ->
     assert status == 2 and err.splitlines()[1:] == ["see `createos-sync run --help`"], err
     status, _, err = typed([*CLI, "template", "build", "x", "--bogus"], env)
     assert status == 2 and err.splitlines()[1:] == ["see `createos-sync template build --help`"]
+    for command in (["destroy", ""], ["template", "rm", "\x1b[2J"]):  # no traceback, no request
+        status, _, err = typed([*CLI, *command], env)
+        assert status == 2 and "not an id: " in err and "\x1b" not in err, err
     status, _, err = typed([*CLI, "ls"], {**env, "CREATEOS_API_KEY": "k-wrong-0123456789"})
     assert status == 1 and err.count("the API key was rejected") == 1, err  # said once
     unreachable = {**env, "CREATEOS_API_URL": "http://127.0.0.1:9"}
