@@ -14,7 +14,6 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from types import FrameType
 
 from ..cli._standalone import announced, find
@@ -85,6 +84,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
         print(f"error: {exc}", file=sys.stderr)
         return 2
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    announcement = _announce(emulator)
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
@@ -94,34 +94,31 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
             exports += f"CREATEOS_CA_BUNDLE={shlex.quote(emulator.ca_path)} "
         print(f"export {exports}CREATEOS_API_KEY={shlex.quote(emulator.api_key)}", flush=True)
         print(f"network: {emulator.describe_network()}", flush=True)
-        with _announced(emulator):
-            while not stop.wait(0.5):
-                pass
+        while not stop.wait(0.5):
+            pass
     finally:
+        announcement.close()
         emulator.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
 
 
-@contextlib.contextmanager
-def _announced(emulator: Emulator) -> Iterator[None]:
-    """Record the emulator for ``--local`` and ``--env`` while it serves (if the state
+def _announce(emulator: Emulator) -> contextlib.ExitStack:
+    """Record the emulator for ``--local`` and ``--env`` until the stack closes (if the state
     directory can be written: else say so, and serve all the same)."""
-    with contextlib.ExitStack() as stack:
-        try:
-            path = stack.enter_context(
-                announced(emulator.url, emulator.api_key, emulator.ca_path)
-            )
-        except OSError as exc:
-            print(f"not recorded for --local ({exc.strerror}): export the line above", flush=True)
-        else:
-            print(
-                f"recorded in {path}: `createos-sync COMMAND --local` uses it; in another "
-                'shell, eval "$(createos-sync emulator --env)"',
-                flush=True,
-            )
-        yield
+    stack = contextlib.ExitStack()
+    try:
+        path = stack.enter_context(announced(emulator.url, emulator.api_key, emulator.ca_path))
+    except OSError as exc:
+        print(f"not recorded for --local ({exc.strerror}): export the line below", flush=True)
+    else:
+        print(
+            f"recorded in {path}: `createos-sync COMMAND --local` uses it; in another "
+            'shell, eval "$(createos-sync emulator --env)"',
+            flush=True,
+        )
+    return stack
 
 
 def _print_exports(prog: str) -> int:
