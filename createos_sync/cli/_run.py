@@ -44,7 +44,7 @@ from ..process import Process
 from ..result import RunResult
 from . import _local
 from ._keystrokes import Typist
-from ._report import EXIT_FAILURE, UsageError, say, say_failure
+from ._report import EXIT_FAILURE, PROG, UsageError, say, say_failure
 from ._signals import signals_interrupt
 from ._tty import forwarding_resizes, local_term, window_size
 
@@ -169,13 +169,8 @@ def run(args: argparse.Namespace) -> int:
             "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
             hint=HELP_HINT,
         )
-    in_process = _local.in_process(local=args.local)
-    if in_process and args.keep:
-        raise UsageError(
-            "--keep cannot be used with --local unless `createos-sync emulator` serves in "
-            "another terminal: an in-process emulator ends with this command",
-            hint=HELP_HINT,
-        )
+    if args.local and args.keep:
+        _keep_needs_a_standalone_emulator()
     stdin = _piped_stdin(tty=args.tty)
     with signals_interrupt(), _local.client(local=args.local) as client:
         # The in-process emulator's sandboxes die with it: nothing for `reap` to find later.
@@ -184,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             rootfs=args.rootfs,
             fork_from=args.fork_from,
             on_exit="keep" if args.keep else None,
-            journal=not in_process,
+            journal=not _local.in_process(local=args.local),
             ttl=args.ttl,
         )
         open_lease(lease, client, args)
@@ -207,37 +202,9 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _piped_stdin(*, tty: bool) -> BinaryIO | None:
-    """This process's stdin when it is piped or redirected and not empty, else None.
-
-    Peeking waits for the first byte (or the end) before any sandbox exists.
-    """
-    source = sys.stdin.buffer if sys.stdin is not None else None
-    if source is None or source.isatty() or not _peek(source):
-        return None
-    if tty:
-        raise UsageError(
-            "--tty types into CMD's terminal: it cannot also read piped stdin", hint=HELP_HINT
-        )
-    return source
-
-
-def _peek(source: BinaryIO) -> bytes:
-    """The first byte of ``source`` left in its buffer ("" at its end); a wait says why."""
-    peek = getattr(source, "peek", None)
-    if not callable(peek):
-        return b"?"  # cannot tell without reading: forward it
-    with contextlib.suppress(OSError, ValueError):
-        if not select.select([source], [], [], STDIN_PATIENCE)[0]:
-            say("waiting for piped stdin to end before CMD starts ('< /dev/null' gives none)")
-    return bytes(peek(1))
-
-
-def open_lease(
-    lease: Lease, client: Client, args: argparse.Namespace, *, hint: str = HELP_HINT
-) -> None:
+def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
     """Open the lease; a creation refused for an unknown shape or rootfs is a usage error,
-    followed by ``hint``.
+    followed by a pointer to the command's ``--help``.
 
     ``args`` has ``shape`` and ``rootfs`` (``run`` and ``shell`` share this).
     """
@@ -247,7 +214,7 @@ def open_lease(
         if exc.status == 400 and exc.operation == Operation.SANDBOX_CREATION:
             unknown = _unknown_name(client, args)
             if unknown is not None:
-                raise UsageError(unknown, hint=hint) from None
+                raise UsageError(unknown, hint=f"see `{PROG} {args.command_name} --help`") from None
         raise
 
 
@@ -333,6 +300,43 @@ def _type_end_of_input(process: Process) -> None:
             process.wait(ENDING)
         if process.running:
             raise
+
+
+def _keep_needs_a_standalone_emulator() -> None:
+    """``--keep --local``: fine on the emulator that ``createos-sync emulator`` serves, not on
+    an in-process one, which ends with this command."""
+    if _local.in_process(local=True):
+        raise UsageError(
+            "--keep cannot be used with --local unless `createos-sync emulator` serves in "
+            "another terminal: an in-process emulator ends with this command",
+            hint=HELP_HINT,
+        )
+
+
+def _piped_stdin(*, tty: bool) -> BinaryIO | None:
+    """This process's stdin when it is piped or redirected and not empty, else None.
+
+    Peeking waits for the first byte (or the end) before any sandbox exists.
+    """
+    source = sys.stdin.buffer if sys.stdin is not None else None
+    if source is None or source.isatty() or not _peek(source):
+        return None
+    if tty:
+        raise UsageError(
+            "--tty types into CMD's terminal: it cannot also read piped stdin", hint=HELP_HINT
+        )
+    return source
+
+
+def _peek(source: BinaryIO) -> bytes:
+    """The first byte of ``source`` left in its buffer ("" at its end); a wait says why."""
+    peek = getattr(source, "peek", None)
+    if not callable(peek):
+        return b"?"  # cannot tell without reading: forward it
+    with contextlib.suppress(OSError, ValueError):
+        if not select.select([source], [], [], STDIN_PATIENCE)[0]:
+            say("waiting for piped stdin to end before CMD starts ('< /dev/null' gives none)")
+    return bytes(peek(1))
 
 
 def _timed_out(limit: float | None) -> int:

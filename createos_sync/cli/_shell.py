@@ -100,7 +100,7 @@ def shell(args: argparse.Namespace) -> int:
         lease = client.lease(
             args.shape, rootfs=args.rootfs, sandbox_id=args.sandbox_id, journal=not in_process
         )
-        open_lease(lease, client, args, hint=HELP_HINT)
+        open_lease(lease, client, args)
         with lease as box:
             return Session(box, stdin, sys.stdout.fileno()).run()
 
