@@ -56,7 +56,8 @@ def account(*, local: bool = False, missing_key: str = NO_KEY) -> Client:
             raise UsageError(NO_EMULATOR)
         return standalone
     if not os.environ.get(API_KEY_ENV, "").strip():
-        raise UsageError(missing_key)
+        serving = find()
+        raise UsageError(missing_key + (f" (one serves at {serving.url})" if serving else ""))
     return Client()
 
 

@@ -86,6 +86,8 @@ def test_every_command_works_offline_on_the_standalone_emulator() -> None:
         status, exports, _ = typed([*CLI, "emulator", "--env"], env)
         assert status == 0 and exports.startswith("export CREATEOS_API_URL=http://127.0.0.1:")
         assert "export CREATEOS_API_KEY=" in exports
+        status, _, err = typed([*CLI, "ls"], env)  # no key, no --local: pointed at it
+        assert status == 2 and "add --local" in err and "(one serves at http://127.0.0.1:" in err
 
         status, _, err = typed([*CLI, "run", "--local", "--keep", "--", "true"], env)
         assert status == 0, err
