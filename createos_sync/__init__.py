@@ -19,6 +19,7 @@ from ._sandboxes.reap import reap
 from ._sandboxes.registry import close_all
 from ._sandboxes.registry import open_leases as leases
 from .client import Client
+from .computer import Screenshot, Window
 from .config import Config
 from .errors import (
     CommandFailed,
@@ -96,10 +97,12 @@ __all__ = [
     "RunResult",
     "SandboxInfo",
     "SandboxUnavailable",
+    "Screenshot",
     "Shape",
     "Template",
     "TemplateBuildError",
     "UnsafeArchiveError",
+    "Window",
     "__version__",
     "close_all",
     "is_cleanup_error",

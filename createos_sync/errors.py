@@ -59,6 +59,7 @@ class Operation:
     TEMPLATE_MANAGEMENT = "template management"
     PORT_WAIT = "port wait"
     TTL = "ttl watchdog"
+    COMPUTER = "computer use"
     REQUEST = "API request"
 
 

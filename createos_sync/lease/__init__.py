@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .._sandboxes.options import LeaseOptions, OnExit
 from ._commands import DEFAULT_MAX_OUTPUT
+from ._computer import ComputerMethods
 from ._display import DisplayMethods
 from ._features import FeatureMethods
 from ._files import FileMethods
@@ -17,7 +18,9 @@ from ._fork import ForkMethods
 from ._network import NetworkMethods
 
 
-class Lease(FileMethods, FeatureMethods, NetworkMethods, ForkMethods, DisplayMethods):
+class Lease(
+    FileMethods, FeatureMethods, NetworkMethods, ForkMethods, ComputerMethods, DisplayMethods
+):
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import FileWrapper
 
+from .._machine.desktop import ROOTFS as DESKTOP_ROOTFS
+from .._machine.desktop import require_tools
 from .._machine.storage import CHUNK, PathRefused
 from .._state.catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
 from .._state.sandboxes import ForkChanges, SandboxSpec, SandboxStore
@@ -62,6 +64,8 @@ class SandboxApi:
         template = None if rootfs in ROOTFS_NAMES else self._templates.find(rootfs)
         if rootfs not in ROOTFS_NAMES and (template is None or template.status != "ready"):
             raise ApiError(400, "unknown rootfs (neither a base image nor a ready template)")
+        if rootfs == DESKTOP_ROOTFS:
+            require_tools()  # a clear refusal naming the packages, not a desktop that fails later
         ingress = _flag(body, "ingress_enabled")
         envs = text_map(body, "envs")
         spec = SandboxSpec(
@@ -154,21 +158,27 @@ class SandboxApi:
         sandbox = self._store.running(sandbox_id)
         path = _path_arg(request)
         try:
-            size = sandbox.storage.write(path, _chunks(request))
+            layered = self._store.isolation.layered(sandbox.storage)
+            size = sandbox.storage.write(path, _chunks(request), layered)
         except PathRefused as exc:
             raise ApiError(exc.status, str(exc)) from None
-        except (NotADirectoryError, IsADirectoryError, FileExistsError):
+        except (NotADirectoryError, IsADirectoryError, FileExistsError, FileNotFoundError):
+            # FileNotFoundError: a command removed the directory while the file was written.
             raise ApiError(400, "a parent of the path is not a directory") from None
         except OSError as exc:
-            if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+            if exc.errno in (errno.ELOOP, errno.EXDEV):
+                message = "the path leads through a symlink out of the sandbox's tree"
+                raise ApiError(403, message) from None
+            if exc.errno != errno.ENAMETOOLONG:
                 raise
-            raise ApiError(400, "the path is too long, or leads through a symlink loop") from None
+            raise ApiError(400, "the path is too long") from None
         return success({"path": path, "size": size})
 
     def file_read(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         try:
-            fd, size = sandbox.storage.open_read(_path_arg(request))
+            layered = self._store.isolation.layered(sandbox.storage)
+            fd, size = sandbox.storage.open_read(_path_arg(request), layered)
         except PathRefused as exc:
             raise ApiError(exc.status, str(exc)) from None
         except (FileNotFoundError, NotADirectoryError):

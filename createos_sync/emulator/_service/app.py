@@ -1,7 +1,8 @@
 """The WSGI application: routing, rate limit, authentication, faults, request log.
 
-Paths under ``/_ingress/`` are preview URLs, handed to the ingress proxy
-before any of that (``_ingress``).
+Requests for preview URLs (a preview's ``Host``, or a path under
+``/_ingress/``) are handed to the ingress proxy before any of that
+(``ingress``, ``previews``).
 
 Every request goes through the same steps, in the service's order: route
 (one operation name per endpoint), rate limit per client address, API key,
@@ -27,14 +28,16 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from .._state.desktops import Desktops
 from .._state.sandboxes import SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import ApiError, failure, json_body, success
+from .api_computer import ROUTES as COMPUTER_ROUTES
+from .api_computer import ComputerApi
 from .api_processes import ProcessApi
 from .api_sandboxes import SandboxApi
 from .api_templates import TemplateApi
 from .faults import Fault, FaultQueue, fault_from_json
-from .ingress import PREFIX as INGRESS_PREFIX
 from .ingress import IngressProxy
 from .ratelimit import RateLimiter
 from .requestlog import RequestLog, RequestRecord
@@ -99,7 +102,10 @@ _map_lock = threading.Lock()
 @functools.cache
 def _route_map_unlocked() -> Map:
     return Map(
-        [Rule(path, methods=[method], endpoint=op) for path, method, op in ROUTES],
+        [
+            Rule(path, methods=[method], endpoint=op)
+            for path, method, op in (*ROUTES, *COMPUTER_ROUTES)
+        ],
         strict_slashes=False,
         merge_slashes=False,
     )
@@ -130,6 +136,7 @@ class App:
         limiter: RateLimiter | None,
         requests: RequestLog,
         heartbeat: float,
+        previews: str = "path",
     ) -> None:
         self._store = store
         self._key = api_key.encode()
@@ -137,7 +144,7 @@ class App:
         self._limiter = limiter
         self._requests = requests
         self._map = _route_map()
-        self._ingress = IngressProxy(store)
+        self._ingress = IngressProxy(store, paths=previews == "path")
         sandboxes = SandboxApi(store, templates)
         processes = ProcessApi(store, heartbeat)
         builds = TemplateApi(templates, heartbeat)
@@ -179,9 +186,10 @@ class App:
             "admin.state": self._state,
             "admin.requests": self._request_list,
         }
+        self._handlers.update(ComputerApi(Desktops(store)).handlers())
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "").startswith(INGRESS_PREFIX):
+        if self._ingress.claims(environ):
             return self._ingress(environ, start_response)  # preview URLs: not the API
         request = Request(environ)
         response = self._dispatch(request)

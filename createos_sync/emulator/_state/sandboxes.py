@@ -168,7 +168,7 @@ class SandboxStore:
     ) -> None:
         self._root = root
         self.isolation = isolation
-        self.networks = Networks(network, isolation, root)
+        self.networks = Networks(network, isolation)
         self._agents = GuestAgents(self._agent_request)
         self._delay = transition_delay
         self._journal_bytes = journal_bytes
@@ -176,7 +176,8 @@ class SandboxStore:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, Sandbox] = {}
         self._counter = itertools.count(2)
-        # Set by the server once its address is known: preview URLs live under it.
+        # Set by the server once its address is known: the ingress URL template, with
+        # "<sandbox id>" to fill in (``previews``).
         self.ingress_base = ""
         self._closed = threading.Event()
         # bubblewrap's --die-with-parent fires when the THREAD that spawned it
@@ -266,7 +267,7 @@ class SandboxStore:
             target=None,
             spawn_ms=round(self._delay * 1000),
             egress=list(spec.egress),
-            ingress_url_template=f"{self.ingress_base}{sandbox_id}/<port>/",
+            ingress_url_template=self.ingress_base.replace("<sandbox id>", sandbox_id),
         )
         sandbox.begin("creating", "running", self._delay)
         return sandbox
