@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING
 
 from ._sandboxes.options import lease_options as _lease_options
@@ -32,6 +33,7 @@ from .errors import (
     OperationTimeout,
     OutputLostError,
     ProtocolError,
+    RemoteFileNotFoundError,
     SandboxUnavailable,
     TemplateBuildError,
     UnsafeArchiveError,
@@ -106,6 +108,7 @@ __all__ = [
     "Process",
     "ProcessInfo",
     "ProtocolError",
+    "RemoteFileNotFoundError",
     "RunResult",
     "SandboxInfo",
     "SandboxUnavailable",
@@ -123,3 +126,15 @@ __all__ = [
     "map",
     "reap",
 ]
+
+
+def __dir__() -> list[str]:
+    """``dir(createos_sync)`` (and so tab completion): the public names and submodules,
+    not the helpers this module imports for itself (``Mapping``, ``annotations``...)."""
+    names = {*__all__, *(n for n in globals() if n.startswith("__"))}
+    names.update(
+        n
+        for n, v in globals().items()
+        if isinstance(v, _ModuleType) and n.isidentifier() and not n.startswith("_")
+    )
+    return sorted(names)

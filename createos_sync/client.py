@@ -197,14 +197,16 @@ class Client:
         _check_id("template_id", template_id)
         return Template.from_api(_api.get_template(self.transport, template_id, self._deadline()))
 
-    def delete_template(self, template_id: str) -> None:
-        """Delete the template ``template_id`` (1 request); one already gone (404) counts
-        as deleted.
+    def delete_template(self, template_id: str) -> bool:
+        """Delete the template ``template_id`` (1 request): True if it was deleted, False
+        if the service did not know it (404: never made, or already deleted).
 
-        Sandboxes already made from it are not affected.
+        A 404 is no error, since what was asked holds (no such template is left), but
+        the caller learns that nothing was deleted. Sandboxes already made from it are
+        not affected.
         """
         _check_id("template_id", template_id)
-        _api.delete_template(self.transport, template_id, self._deadline())
+        return _api.delete_template(self.transport, template_id, self._deadline())
 
     def disks(self) -> list[Disk]:
         """Every persistent disk registered with the account (1 request per 500)."""

@@ -124,7 +124,10 @@ def validate_api_key(key: str | None) -> ApiKey:
     if key is not None and not isinstance(key, str):
         raise ConfigError("the API key must be a str")
     if key is None or not key.strip():
-        raise ConfigError(f"no API key: pass api_key= or set {API_KEY_ENV}")
+        raise ConfigError(
+            f"no API key: pass api_key= or set {API_KEY_ENV}; or try it offline on the local "
+            "emulator (createos_sync.emulator): see the README, 'Try it on a fresh machine'"
+        )
     if not (key.isascii() and key.isprintable()):
         raise ConfigError(
             "the API key must be printable ASCII: it holds a character that cannot be sent "

@@ -78,8 +78,9 @@ def launch(
     with box.table.creating():
         try:
             record = _api.create_process(
-                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty
-            )
+                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty,
+                secrets=command.secrets(),
+            )  # fmt: skip
         except BaseException as exc:
             if isinstance(exc, CreateosApiError) and exc.status == 409:
                 # The sandbox may have failed: that, not "HTTP 409", is what the caller must learn.

@@ -19,6 +19,10 @@ def test_all_is_sorted_and_complete() -> None:
     )
     for name in cs.__all__:
         assert hasattr(cs, name)
+    # dir() shows __all__, dunders and submodules only: not the helpers imported for the
+    # module's own use (Mapping, Sequence, TYPE_CHECKING, annotations, OnExit).
+    dunder = {n for n in dir(cs) if n.startswith("__") and n.endswith("__")}
+    assert set(dir(cs)) - set(cs.__all__) - dunder <= modules
 
 
 def test_contract_names_exist() -> None:
@@ -47,6 +51,8 @@ def test_contract_names_exist() -> None:
 def test_error_tree() -> None:
     assert issubclass(cs.ConfigError, cs.CreateosError) and issubclass(cs.ConfigError, ValueError)
     assert issubclass(cs.OutputLostError, cs.ProtocolError)
+    assert issubclass(cs.RemoteFileNotFoundError, cs.CreateosApiError)
+    assert issubclass(cs.RemoteFileNotFoundError, FileNotFoundError)
     assert issubclass(cs.CommandTimeout, cs.CommandFailed) and issubclass(
         cs.CommandTimeout, TimeoutError
     )

@@ -19,11 +19,12 @@ Plain mode (no bubblewrap) runs the command under ``reporter --subreaper``,
 which keeps every descendant in the tree and reports the exact wait status.
 It moves the working directory, HOME and TMPDIR into the sandbox's storage,
 and rewrites the sandbox paths ``/workspace``, ``/tmp`` and ``/home/user``
-where they appear in the command's arguments, working directory and
-environment values, so that ``cat /workspace/in.txt`` reads what the files
-API wrote. What it gives up: a path that a program builds or reads at run
-time (from a file, from ``$PWD``...) still means the host's, and ``/tmp``
-written inside a script's own data is the host's ``/tmp``. It never touches
+where they start a word of the command's arguments (a shell script's words
+included), its working directory and environment values, so that ``cat
+/workspace/in.txt`` reads what the files API wrote, while a program's own
+text (``python3 -c "print('/tmp/x')"``) is left as written. What it gives
+up: a path that a program builds or reads at run time (from its code, a
+file, ``$PWD``...) still means the host's. It never touches
 the host's own ``/workspace``.
 
 A terminal process (``terminal=True``) must be a session leader with its pty
@@ -60,8 +61,20 @@ PROBE_TIMEOUT = 10.0
 # bubblewrap mounts that file at REPORTER_MOUNT.
 REPORTER = str(Path(__file__).resolve().with_name("reporter.py"))
 REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
-# A sandbox path at the start of a word: not part of a longer path or name.
-SANDBOX_PATH = re.compile(r"(?<![\w.~/-])(/workspace|/home/user|/tmp)(?![\w.-])")
+# A sandbox path where a shell word starts (after a blank, "=", ":", a redirection or a
+# separator, maybe in quotes), and not part of a longer path or name: clearly a path
+# argument. Inside a word ("print('/tmp/x')" in a program's own code) it is left alone.
+SANDBOX_PATH = re.compile(
+    r"(?:^|(?<=[\s=:<>;&|`]))([\"']?)(/workspace|/home/user|/tmp)(?![\w.-])"
+)
+PLAIN_MODE_WARNING = (
+    "sandbox commands run directly on this machine, WITHOUT isolation: they can read and "
+    "change your files. /workspace, /tmp and /home/user mean the sandbox's only where a "
+    "command's arguments, working directory or environment name them as a path; a path "
+    "that a program opens by itself (from its code or a file, or typed into a terminal) "
+    "means this machine's. Install bubblewrap (apt-get install bubblewrap) for sandboxes "
+    "that behave like the service's."
+)
 SHELL_SAFE = re.compile(r"[\w./-]+")
 # Run as root (or, unprivileged, as root of the layer's user namespace), bubblewrap keeps
 # every capability in the sandbox: with CAP_DAC_READ_SEARCH a command opens any host file by
@@ -146,9 +159,10 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     storage_root = f"{storage.root.parent}/"
 
     def mapped(match: re.Match[str]) -> str:
-        if text.startswith(storage_root, match.start()):
+        quote, path = match.group(1), match.group(2)
+        if text.startswith(storage_root, match.start(2)):
             return match.group(0)
-        return dirs[match.group(1)]
+        return quote + dirs[path]
 
     return pattern.sub(mapped, text)
 
@@ -339,10 +353,8 @@ def choose(mode: str) -> Isolation:
                 return bwrap
         if mode == "bwrap":
             raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
-        log.warning("bubblewrap is unavailable or does not work here: falling back to none")
-    log.warning(
-        "emulator processes run WITHOUT isolation: commands see the host file system; "
-        "only the paths /workspace, /tmp and /home/user written in a command are mapped "
-        "into the sandbox"
-    )
+    why = "isolation 'none' was asked for" if mode == "none" else (
+        "bubblewrap is not installed here, or does not work"
+    )  # fmt: skip
+    log.warning("%s: %s", why, PLAIN_MODE_WARNING)
     return NoIsolation()
