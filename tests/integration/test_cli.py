@@ -252,13 +252,13 @@ def test_directories_download_with_or_without_a_slash_and_failures_name_the_path
     assert [r.path for r in emulator.request_log].count(f"{_sandbox(emulator)}/exec") == 3  # + 2 rm
     (tmp_path / "in.txt").write_text("x")
     upload, download = run_all(
-        [*CLI, "run", "--upload", f"{tmp_path / 'in.txt'}:/etc/in.txt", "--", "true"],
+        [*CLI, "run", "--upload", f"{tmp_path / 'in.txt'}:/proc/in.txt", "--", "true"],
         [*CLI, "run", "--download", f"/workspace/nothing/here:{tmp_path / 'x'}", "--", "true"],
         env=env,
     )
     assert upload[0] == 1 and upload[2].count("\n") == 1
     assert upload[2].startswith(
-        f"createos-sync: error: uploading {tmp_path / 'in.txt'} to /etc/in.txt failed: HTTP 403"
+        f"createos-sync: error: uploading {tmp_path / 'in.txt'} to /proc/in.txt failed: HTTP 403"
     )
     assert download[0] == 1
     assert download[2].startswith("createos-sync: downloading /workspace/nothing/here to ")
