@@ -78,7 +78,7 @@ class SandboxApi:
             lowers=template.lowers if template is not None else (),
         )
         seed = template.root if template is not None else None
-        return success(self._store.create(spec, seed).answer(), 201)
+        return success(self._store.started(self._store.create(spec, seed)), 201)
 
     def list(self, request: Request) -> Response:
         limit = query_int(request, "limit", 1, 500, 100)
