@@ -280,7 +280,7 @@ def test_setup_runs_once_and_every_item_forks_its_sandbox(
 # --- Ctrl-C, in a real child process ---------------------------------------------------------
 
 MAP_SCRIPT = """
-import signal
+import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import createos_sync as cs
 
@@ -288,12 +288,13 @@ def fn(box, n):
     print("running", n, flush=True)
     box.run("sleep 1000")
 
-cs.map(fn, range(20), concurrency=3, client=cs.Client(requests_per_minute=100_000))
+reuse = sys.argv[1] == "reuse"
+cs.map(fn, range(20), concurrency=3, reuse=reuse, client=cs.Client(requests_per_minute=100_000))
 """
 
 
-def _interrupt_while_three_run(emu: Emulator) -> Any:
-    child = spawn([sys.executable, "-c", MAP_SCRIPT], emulator_env(emu))
+def _interrupt_while_three_run(emu: Emulator, how: str = "fresh") -> Any:
+    child = spawn([sys.executable, "-c", MAP_SCRIPT, how], emulator_env(emu))
     seen = b""
     while seen.count(b"running") < 3:  # several lines may arrive in one read
         seen += read_until(child, b"\n")
@@ -304,9 +305,10 @@ def _interrupt_while_three_run(emu: Emulator) -> Any:
     return child, sandboxes
 
 
-def test_ctrl_c_closes_every_lease_then_raises(emulator: Emulator) -> None:
+@pytest.mark.parametrize("how", ["fresh", "reuse"])
+def test_ctrl_c_closes_every_lease_then_raises(emulator: Emulator, how: str) -> None:
     emulator.clear_request_log()
-    child, sandboxes = _interrupt_while_three_run(emulator)
+    child, sandboxes = _interrupt_while_three_run(emulator, how)
     status, _, err = finish(child)
     assert status != 0 and "KeyboardInterrupt" in err, err
     assert not sandboxes & set(emulator.live_sandboxes())
