@@ -119,3 +119,23 @@ def test_reuse_needs_the_items_in_this_process(emulator: Emulator, client: Clien
     with pytest.raises(TypeError, match="reuse"):
         cs.map(lambda box, n: n, range(3), client=client, reuse=1)  # type: ignore[arg-type]
     assert emulator.request_log == []
+
+
+def test_with_setup_the_pool_is_made_of_forks_of_the_setup_sandbox(
+    emulator: Emulator, client: Client
+) -> None:
+    def prepare(box: Lease) -> None:
+        box.write_file("/workspace/prepared", b"yes")
+
+    def fn(box: Lease, n: int) -> str:
+        return box.read_file("/workspace/prepared").decode() + str(n)
+
+    emulator.clear_request_log()
+    results = cs.map(fn, range(6), client=client, concurrency=2, setup=prepare, reuse=True)
+    assert results == [f"yes{n}" for n in range(6)]
+    ops = _counts(emulator)
+    assert ops["sandbox.create"] == 1  # the setup sandbox; the pool's leases fork it
+    assert 1 <= ops["sandbox.fork"] <= 2
+    assert ops["sandbox.delete"] == ops["sandbox.fork"] + 1
+    assert ops["file.read"] == 6
+    assert emulator.live_sandboxes() == []
