@@ -85,7 +85,9 @@ class Pool:
     def _kept(self, lease: Lease, error: BaseException | None) -> bool:
         """Tidy the lease and put it back among the idle ones; False if it must be closed."""
         if error is not None and (
-            isinstance(error, SandboxUnavailable) or is_cleanup_error(error)
+            not isinstance(error, Exception)  # an interrupt, an exit: nothing more runs
+            or isinstance(error, SandboxUnavailable)
+            or is_cleanup_error(error)
         ):
             return False
         if lease.closed or lease.status != "running" or not _tidied(lease):
