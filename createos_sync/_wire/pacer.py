@@ -15,6 +15,7 @@ wait with it), and ``waiting()`` tells a progress display how long is left.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import threading
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from .._sandboxes.journal import state_dir
 from ..config import RateScope, normalize_base_url
-from ..errors import OperationTimeout
+from ..errors import ConfigError, OperationTimeout
 from .budget import BudgetRecord, RecordBusy, prune, record_path
 from .deadline import Clock, Deadline
 
@@ -202,7 +203,8 @@ def forget(base_url: str) -> None:
     (its port, hence its URL, is never the same twice). A client still using
     it keeps pacing; its next send starts a fresh record.
     """
-    base_url = normalize_base_url(base_url)  # as the clients' configuration keys it
+    with contextlib.suppress(ConfigError):  # (no client could use one it refuses)
+        base_url = normalize_base_url(base_url)  # as the clients' configuration keys it
     with _shared_lock:
         for key in [key for key in _shared if key[1] == base_url]:
             del _shared[key]
