@@ -18,6 +18,7 @@ from ._sandboxes.reap import reap
 from ._sandboxes.registry import close_all
 from ._sandboxes.registry import open_leases as leases
 from .client import Client
+from .computer import Screenshot, Window
 from .config import Config
 from .errors import (
     CommandFailed,
@@ -38,7 +39,17 @@ from .errors import (
 )
 from .fanout import map
 from .lease import Lease
-from .models import ProcessInfo, SandboxInfo, Shape, Template
+from .models import (
+    AccessTokenInfo,
+    Bandwidth,
+    Disk,
+    DiskMount,
+    Network,
+    ProcessInfo,
+    SandboxInfo,
+    Shape,
+    Template,
+)
 from .process import Process
 from .result import RunResult
 
@@ -74,6 +85,8 @@ def lease(
 
 
 __all__ = [
+    "AccessTokenInfo",
+    "Bandwidth",
     "Client",
     "CommandFailed",
     "CommandTimeout",
@@ -82,9 +95,12 @@ __all__ = [
     "CreateosApiError",
     "CreateosCleanupError",
     "CreateosError",
+    "Disk",
+    "DiskMount",
     "Lease",
     "LeaseClosed",
     "LeaseExpired",
+    "Network",
     "OperationTimeout",
     "OutputLostError",
     "Process",
@@ -93,10 +109,12 @@ __all__ = [
     "RunResult",
     "SandboxInfo",
     "SandboxUnavailable",
+    "Screenshot",
     "Shape",
     "Template",
     "TemplateBuildError",
     "UnsafeArchiveError",
+    "Window",
     "__version__",
     "close_all",
     "is_cleanup_error",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -20,8 +21,18 @@ SHAPE_ENV = "CREATEOS_SHAPE"
 RATE_SCOPES = ("machine", "process")
 RateScope = Literal["machine", "process"]
 CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
+STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class Secret(str):
+    """A credential (an access token, a disk's keys): a ``str`` whose repr never shows it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('***')"
 
 
 class ApiKey(str):
@@ -179,3 +190,27 @@ def _rate_scope(value: object) -> RateScope:
     if value not in RATE_SCOPES:
         raise ConfigError(f"rate_scope must be one of {', '.join(map(repr, RATE_SCOPES))}")
     return value  # type: ignore[return-value]
+
+
+def state_dir() -> Path:
+    """This machine's createos-sync state (the lease journal, the request budget's records)."""
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(base) / "createos-sync"
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` (and its missing parents) made; it is this user's alone (0700), whatever the
+    umask: sandbox ids, names and budget records are nobody else's business."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777
+    if mode != 0o700 and path.stat().st_uid == os.geteuid():
+        path.chmod(0o700)
+    return path
+
+
+def private_file(path: Path, flags: int) -> int:
+    """``os.open`` of ``path``, created 0600 whatever the umask (the mode is only ever cut)."""
+    return os.open(path, flags, 0o600)

@@ -56,7 +56,11 @@ class Operation:
     TEMPLATE_MANAGEMENT = "template management"
     PORT_WAIT = "port wait"
     TTL = "ttl watchdog"
+    COMPUTER = "computer use"
     REQUEST = "API request"
+    DISK_MANAGEMENT = "disk management"
+    NETWORK_MANAGEMENT = "network management"
+    ACCESS_TOKEN = "access token management"
 
 
 class CreateosError(Exception):

@@ -46,11 +46,11 @@ from typing import Any
 import attrs
 
 from .._wire.server_text import ID
+from ..config import STATE_DIR_ENV, private_dir, private_file, state_dir
 from ..errors import ConfigError
 
 log = logging.getLogger("createos_sync.journal")
 
-STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 JOURNAL_ENV = "CREATEOS_SYNC_JOURNAL"
 FILE_NAME = "leases.json"
 SET_ASIDE_PREFIX = FILE_NAME + ".unreadable-"
@@ -79,14 +79,6 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def state_dir() -> Path:
-    explicit = os.environ.get(STATE_DIR_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
-    return Path(base) / "createos-sync"
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -219,8 +211,9 @@ class Journal:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with _threads, open(self.directory / (FILE_NAME + ".lock"), "a") as lock:
+        private_dir(self.directory)
+        lock_file = private_file(self.directory / (FILE_NAME + ".lock"), os.O_WRONLY | os.O_CREAT)
+        with _threads, os.fdopen(lock_file, "w") as lock:
             if fcntl is not None:
                 _wait_for_lock(lock.fileno())
             yield
@@ -271,7 +264,8 @@ class Journal:
         for attempt in range(100):
             aside = self.directory / f"{SET_ASIDE_PREFIX}{stamp}{f'-{attempt}' if attempt else ''}"
             try:
-                with open(aside, "xb") as handle:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                with os.fdopen(private_file(aside, flags), "wb") as handle:
                     handle.write(raw)
                     handle.flush()
                     os.fsync(handle.fileno())

@@ -58,6 +58,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from ..config import private_dir, private_file
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no record locks, callers pace per process
@@ -292,10 +294,10 @@ class _LockedFile:
         if fcntl is None:  # pragma: no cover - Windows
             raise OSError("record locks are not available on this platform")
         try:
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd = private_file(self._path, os.O_RDWR | os.O_CREAT)
         except FileNotFoundError:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+            private_dir(self._path.parent)
+            self._fd = private_file(self._path, os.O_RDWR | os.O_CREAT)
         try:
             self._lock()
         except BaseException:

@@ -23,8 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .._sandboxes.journal import state_dir
-from ..config import RateScope, normalize_base_url
+from ..config import RateScope, normalize_base_url, state_dir
 from ..errors import ConfigError, OperationTimeout
 from .budget import BudgetRecord, RecordBusy, prune, record_path
 from .deadline import Clock, Deadline

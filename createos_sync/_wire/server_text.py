@@ -152,8 +152,9 @@ def log_line(text: str, limit: int, *, secret: str | None = None) -> str:
     Unlike ``scrub``, query strings and sent values stay: the line is the
     output of the caller's own Dockerfile, which they need to read as written.
     """
+    # Stripped first: a secret split by an escape ("sk-12\x1b[0m34") is whole once shown.
+    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
     if secret:
         for form in _forms(secret):
             text = _remove(text, form)
-    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"

@@ -6,6 +6,7 @@
     createos-sync shell [--local] [--shape S] [--rootfs R] [SANDBOX_ID]
     createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
     createos-sync template build NAME [-f DOCKERFILE] [--base B] | template ls | template rm ID...
+    createos-sync token create|rotate|disable SANDBOX_ID
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _manage, _run, _shell, _template
+from . import _manage, _run, _shell, _template, _token
 from ._local import emulator_main
 from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
 
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     _shell.add_parser(commands, common)
     _manage.add_parsers(commands, common)
     _template.add_parser(commands, common)
+    _token.add_parser(commands, common)
     commands.add_parser(
         "emulator",
         add_help=False,

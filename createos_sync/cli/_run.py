@@ -26,6 +26,8 @@ import sys
 from .. import files
 from .._commands.command import Command, validate_env
 from .._commands.terminal import EOF_KEY
+from .._resources import checks
+from .._resources import disks as _disks
 from .._sandboxes.options import DEFAULT_TTL, MIN_TTL
 from .._wire import api as _api
 from .._wire.deadline import Deadline
@@ -117,6 +119,22 @@ def add_parser(
         help="copy a sandbox file or directory here after CMD, even if it failed; repeatable",
     )
     parser.add_argument(
+        "--disk",
+        action="append",
+        default=[],
+        type=_disk_spec,
+        metavar="NAME:/MOUNT/PATH",
+        help="mount a persistent disk (its name or id) at an absolute path; detached (flushed) "
+        "before the sandbox goes; repeatable",
+    )
+    parser.add_argument(
+        "--network",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="join a private network of the account (its name or id); repeatable",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="leave the sandbox running and print its id"
     )
     parser.add_argument(
@@ -156,6 +174,11 @@ def run(args: argparse.Namespace) -> int:
             "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
             hint=HELP_HINT,
         )
+    if args.local and (args.disk or args.network):
+        raise UsageError(
+            "--disk and --network name resources of the account: not with --local",
+            hint=HELP_HINT,
+        )
     if args.local and args.keep:
         raise UsageError(
             "--keep cannot be used with --local: the emulator ends with this command",
@@ -170,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
             on_exit="keep" if args.keep else None,
             journal=not args.local,
             ttl=args.ttl,
+            disks=dict(args.disk) or None,
+            networks=_networks_named(client, args.network) or None,
         )
         open_lease(lease, client, args)
         with lease as box:
@@ -186,6 +211,32 @@ def run(args: argparse.Namespace) -> int:
             if not _download_all(box, args.download) and status == 0:
                 status = EXIT_FAILURE
     return status
+
+
+def _disk_spec(value: str) -> tuple[str, str]:
+    """``NAME:/mount/path`` -> (mount path, disk name or id), both checked."""
+    disk, sep, path = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError("expected NAME:/MOUNT/PATH")
+        return checks.mount_path(path), str(_disks.check_ref(disk))
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"--disk {value!r}: {exc}") from None
+
+
+def _networks_named(client: Client, names: list[str]) -> list[str]:
+    """The ids of the networks named (by name or id): 1 listing per 500 networks, if any."""
+    if not names:
+        return []
+    known = client.networks()
+    ids = []
+    for name in names:
+        found = [n.id for n in known if name in (n.id, n.name)]
+        if len(found) != 1:
+            why = "no network is" if not found else "several networks are"
+            raise UsageError(f"{why} named {name!r}: give its id", hint=HELP_HINT)
+        ids.append(found[0])
+    return ids
 
 
 def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:

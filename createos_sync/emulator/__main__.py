@@ -28,6 +28,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         default="auto",
         help="a network namespace per sandbox (private), or the host's (shared)",
     )
+    parser.add_argument(
+        "--previews",
+        choices=("auto", "host", "path"),
+        default="auto",
+        help="preview URLs: an origin per sandbox port (http://PORT-ID.sb.localhost:...) or one "
+        "path prefix (default: host where this machine resolves *.localhost)",
+    )
     parser.add_argument("--no-rate-limit", action="store_true", help="disable the 300/min limit")
     parser.add_argument(
         "--tls", action="store_true", help="serve HTTPS (a throwaway CA; its path is printed)"
@@ -62,6 +69,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
             journal_bytes=args.journal_bytes,
             frame_bytes=min(64 * 1024, max(1, args.journal_bytes)),
             tls=args.tls,
+            previews=args.previews,
         )
         emulator.start()
     except (ValueError, RuntimeError, OSError) as exc:
@@ -77,6 +85,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
             exports += f"CREATEOS_CA_BUNDLE={shlex.quote(emulator.ca_path)} "
         print(f"export {exports}CREATEOS_API_KEY={shlex.quote(emulator.api_key)}", flush=True)
         print(f"network: {emulator.describe_network()}", flush=True)
+        print(f"preview URLs: {emulator.previews} form", flush=True)
         while not stop.wait(0.5):
             pass
     finally:

@@ -30,6 +30,7 @@ from .._sandboxes import (
 from .._sandboxes import (
     shield as _shield,
 )
+from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.journal import Journal
@@ -89,6 +90,7 @@ class LeaseCore:
         self._expired = False
         self._pending_failure: CreateosCleanupError | None = None
         self._opened_at: float | None = None
+        self._attached = Attachments()  # disks, networks, a token: let go of at close
 
     @property
     def options(self) -> LeaseOptions:
@@ -184,7 +186,7 @@ class LeaseCore:
                 return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-        return make(self._client, self._options, self._record, deadline)
+        return make(self._client, self._options, self._record, deadline, self._attached)
 
     def _become_open(self, info: SandboxInfo, box: Box) -> None:
         with self._lock:
@@ -277,8 +279,10 @@ class LeaseCore:
         opens the lease, ``close()`` wins: it returns once ``open()`` has
         destroyed what it created.
 
-        Request budget: one termination per process still running, then one
-        destroy (or a pause and its status polls); nothing for ``"keep"``.
+        Request budget: one termination per process still running, one detach
+        per disk and network the lease attached (when it destroys) or one to
+        disable a token it made (when it keeps or pauses: ``_sandboxes.attachments``),
+        then one destroy (or a pause and its status polls); nothing for ``"keep"``.
         With a ttl, ``"keep"`` and ``"pause"`` first terminate the watchdog:
         1 request (up to 4 when that stays unconfirmed: see ``_watchdog``).
 
@@ -343,6 +347,11 @@ class LeaseCore:
             if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
                 self._forget_journal()
             raise
+        destroys = box.table.poisoned or self._on_exit == "destroy"
+        return self._attached.letting_go(box, budget, destroys, lambda: self._dispose(box, budget))
+
+    def _dispose(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
+        """Destroy, keep or pause the sandbox, as the containment rule and ``on_exit`` say."""
         if box.table.poisoned:
             return self._destroy_poisoned(box, budget.destroy())
         if self._on_exit == "destroy":

@@ -230,28 +230,32 @@ def test_a_progress_line_when_output_is_not_a_terminal(
     assert capsys.readouterr().err == ""
 
 
-def test_invalid_arguments_raise_before_any_request(emulator: Emulator, client: Client) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"concurrency": 0}, ValueError, "concurrency must be an integer >= 1"),
+        ({"concurrency": True}, ValueError, "concurrency must be an integer >= 1"),
+        ({"setup": "not callable"}, TypeError, "setup must be callable"),
+        ({"progress": "yes"}, TypeError, "progress must be None, True or False"),
+        ({"executor": object()}, TypeError, "executor must be a concurrent.futures.Executor"),
+        ({"return_exceptions": None}, TypeError, "return_exceptions must be True or False"),
+        ({"sandbox_id": "sb-1"}, ValueError, "sandbox_id cannot be used"),
+        ({"setup": print, "fork_from": "sb-1"}, ValueError, "setup .* or fork_from, not both"),
+        ({"setup": print, "shape": ""}, ValueError, "shape must be a non-empty str"),
+        ({"setup": print, "auto_pause_after": 60}, ValueError, "auto_pause_after cannot be"),
+        ({"egress": "pypi.org"}, ValueError, "egress must be a sequence of rule strings"),
+        ({"ttl": 1}, ValueError, "ttl must be at least 5 seconds"),
+        ({"items": 42}, TypeError, "items must be iterable"),
+        ({"fn": "fn"}, TypeError, "fn must be callable as fn"),
+    ],
+)
+def test_invalid_arguments_raise_before_any_request(
+    emulator: Emulator, client: Client, arguments: dict[str, Any], error: type, message: str
+) -> None:
     emulator.clear_request_log()
-    bad: list[dict[str, Any]] = [
-        {"concurrency": 0},
-        {"concurrency": True},
-        {"setup": "not callable"},
-        {"progress": "yes"},
-        {"executor": object()},
-        {"return_exceptions": None},
-        {"sandbox_id": "sb-1"},
-        {"setup": print, "fork_from": "sb-1"},
-        {"setup": print, "shape": ""},
-        {"egress": "pypi.org"},
-        {"ttl": 1},
-    ]
-    for arguments in bad:
-        with pytest.raises((ValueError, TypeError)):
-            cs.map(lambda box, n: n, [1], client=client, **arguments)
-    with pytest.raises(TypeError):
-        cs.map(lambda box, n: n, 42, client=client)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        cs.map("fn", [1], client=client)  # type: ignore[arg-type]
+    call: dict[str, Any] = {"fn": lambda box, n: n, "items": [1], "client": client, **arguments}
+    with pytest.raises(error, match=message):
+        cs.map(call.pop("fn"), call.pop("items"), **call)
     assert operations(emulator) == []
 
 

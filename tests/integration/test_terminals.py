@@ -98,7 +98,7 @@ def test_request_budget_is_that_of_any_process(emulator: Emulator, box: cs.Lease
 
 
 def test_a_timed_out_terminal_command_is_terminated(box: cs.Lease) -> None:
-    result = box.run("echo started; exec sleep 600", pty=True, timeout=1)
+    result = box.run("echo started; exec sleep 600", pty=True, timeout=4)
     assert result.timed_out and result.exit_code is None
     assert result.stdout == "started\r\n"
 

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import pytest
 import responses
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import createos_sync as cs
@@ -416,6 +416,9 @@ def hostile_client() -> Iterator[cs.Client]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(document=envelopes)
+@example(document={"status": "success", "data": {"id": "sb-1", "status": "running"}})
+@example(document={"status": "success", "data": [{"id": "../x", "status": "running"}]})
+@example(document={"status": "success", "data": [{"name": "s-1", "vcpu": 1}]})
 def test_reads_answered_with_any_envelope_return_or_raise_protocol_error(
     hostile_client: cs.Client, document: Any
 ) -> None:
@@ -431,15 +434,18 @@ def test_reads_answered_with_any_envelope_return_or_raise_protocol_error(
         mock.add("GET", SB, body=body, status=200, content_type="application/json")
         mock.add("GET", f"{BASE}/v1/shapes", body=body, status=200)
         mock.add_callback("GET", f"{BASE}/v1/sandboxes", callback=first_page_only)
-        for read in (
-            lambda: hostile_client.sandbox("sb-1"),
-            hostile_client.shapes,
-            hostile_client.sandboxes,
+        for read, kind in (
+            (lambda: hostile_client.sandbox("sb-1"), cs.SandboxInfo),
+            (hostile_client.shapes, cs.Shape),
+            (hostile_client.sandboxes, cs.SandboxInfo),
         ):
             try:
-                read()
+                value = read()
             except cs.ProtocolError as exc:
                 assert KEY not in str(exc)
+                continue
+            values = value if isinstance(value, list) else [value]  # what came back is typed
+            assert all(isinstance(v, kind) for v in values), value
 
 
 @settings(

@@ -98,12 +98,15 @@ def test_request_errors_are_secret_safe(client: Client, service: Service) -> Non
         "/whoami\n",
         "/sandboxes\\x",
         "/a//b",
+        "/..;/admin",  # issue 22 (12): servers such as Tomcat read "..;" as ".."
+        "/sandboxes/x;a=b",
+        "/.../x",
     ],
 )
 def test_a_path_that_is_not_a_relative_api_path_is_refused_before_any_request(
     client: Client, service: Service, path: str
 ) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be an API path"):
         client.request("GET", path)
     assert len(service.mock.calls) == 0
 

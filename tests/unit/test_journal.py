@@ -20,7 +20,8 @@ import attrs
 import pytest
 
 from createos_sync._sandboxes import journal as _journal
-from createos_sync._sandboxes.journal import Entry, Journal, enabled, state_dir
+from createos_sync._sandboxes.journal import Entry, Journal, enabled
+from createos_sync.config import state_dir
 from createos_sync.errors import ConfigError
 
 URL = "https://api.example"
@@ -380,3 +381,29 @@ def test_a_live_but_stuck_lock_holder_delays_for_the_patience_only(
         holder.kill()
         holder.wait()
     assert [e.name for e in journal.entries()] == ["kept"]
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_what_the_state_directory_holds_is_this_user_s_alone_whatever_the_umask(
+    tmp_path: Path, umask: int
+) -> None:
+    """Issue 22 (11): directories 0700, files 0600 (sandbox ids and names are private)."""
+    from createos_sync._wire.budget import BudgetRecord, record_path
+
+    state = tmp_path / "state"
+    previous = os.umask(umask)
+    try:
+        journal = Journal(state)
+        journal.add(Entry(name="a", base_url=URL, sandbox_id="sbx-1"))
+        journal.path.write_text("{damaged")
+        journal.entries()  # sets the damaged file aside
+        record = BudgetRecord(record_path(state, URL, 60.0), 60.0)
+        record.take(5, time.time)
+    finally:
+        os.umask(previous)
+    made = [p for p in [state, *state.rglob("*")] if not p.name.startswith(".leases.")]
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in made}
+    assert any(".lock" in name for name in modes) and any("rate" in name for name in modes)
+    assert any(name.startswith("state/leases.json.") for name in modes), modes  # set aside
+    assert {m for p, m in modes.items() if (tmp_path / p).is_dir()} == {"0o700"}, modes
+    assert {m for p, m in modes.items() if (tmp_path / p).is_file()} == {"0o600"}, modes

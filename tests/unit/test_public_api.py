@@ -13,6 +13,7 @@ def test_all_is_sorted_and_complete() -> None:
     public -= {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
     modules |= {"fanout", "network", "process", "pytest_plugin", "result", "templates"}
+    modules |= {"computer"}
     assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(
         cs.__all__
     )
@@ -75,11 +76,11 @@ def test_is_cleanup_error_follows_cause_context_and_notes() -> None:
 
 
 def _errors() -> list[cs.CreateosError]:
-    from createos_sync.errors import attach_cleanup_failure
+    from createos_sync.errors import add_note, attach_cleanup_failure
 
     failed = cs.RunResult(args="false", exit_code=1, stdout="", stderr="", process_id="p-1")
     api = cs.CreateosApiError("sandbox creation", 503, request_id="r-9", outcome_unknown=True)
-    api.add_note("a note")
+    add_note(api, "a note")  # BaseException.add_note is 3.11's
     carrier = cs.CommandFailed(failed)
     attach_cleanup_failure(carrier, cs.CreateosCleanupError("x", sandbox_id="sb-2"))
     return [
@@ -108,3 +109,8 @@ def test_errors_pickle_whole() -> None:
     api = pickle.loads(pickle.dumps(_errors()[0]))
     assert isinstance(api, cs.CreateosApiError)
     assert (api.status, api.request_id, api.outcome_unknown) == (503, "r-9", True)
+
+
+def test_lease_closed_is_also_a_runtime_error() -> None:
+    """README, Errors: ``LeaseClosed (also RuntimeError)``."""
+    assert issubclass(cs.LeaseClosed, RuntimeError) and issubclass(cs.LeaseClosed, cs.CreateosError)

@@ -164,3 +164,19 @@ def test_listing_reads_pages_and_legacy_keys(client: Client, service: Service) -
     assert [(t.id, t.status) for t in listed] == [(TPL, "ready"), ("tpl-2", "unknown")]
     assert isinstance(listed[0], cs.Template)
     assert API in service.calls("GET")[0].request.url
+
+
+def test_a_key_split_by_an_escape_sequence_is_not_put_back_together(
+    client: Client, service: Service
+) -> None:
+    """Issue 22 (6): escapes are stripped before the key is looked for, in the log and tail."""
+    service.add("POST", "/templates", 201, template("pending"))
+    split = f"{KEY[:6]}\x1b[0m{KEY[6:]}"
+    stream(service, ndjson(event(1, f"leaked {split} and {KEY[:3]}\x07{KEY[3:]}"), final("failed")))
+    shown: list[str] = []
+
+    with pytest.raises(cs.TemplateBuildError) as caught:
+        client.build_template("demo", DOCKERFILE, on_log=shown.append)
+
+    assert caught.value.log_tail[0] == "leaked [redacted] and [redacted]"
+    assert KEY not in str(caught.value) and not any(KEY in line for line in shown)

@@ -7,6 +7,7 @@ import io
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import responses
 
@@ -186,6 +187,14 @@ class Service:
             if (method is None or c.request.method == method)
             and contains in c.request.url
             and not _is_watchdog(c.request)
+        ]
+
+    def destroys(self) -> list[Any]:
+        """The ``DELETE`` of the sandbox itself (not of one of its processes)."""
+        return [
+            c
+            for c in self.calls("DELETE")
+            if urlsplit(c.request.url).path.endswith(f"/sandboxes/{SANDBOX}")
         ]
 
     def process_bodies(self) -> Sequence[dict[str, Any]]:
