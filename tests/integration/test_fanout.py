@@ -45,6 +45,7 @@ def test_results_come_in_input_order_each_item_in_a_sandbox_of_its_own(
     # sent (a run: 3)
     assert ops["sandbox.create"] == ops["sandbox.delete"] == 6
     assert ops["process.create"] == 6 + 6
+    assert sum(ops.values()) == 6 * 6  # no status poll: a creation answers once it runs
     assert not set(seen.values()) & set(emulator.live_sandboxes())
 
 
