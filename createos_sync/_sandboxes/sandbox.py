@@ -1,7 +1,10 @@
 """Sandbox lifecycle: create (recovering a lost reply by name), reach ``running``, pause, destroy.
 
-Status changes are asynchronous in CreateOS: a 2xx to ``pause`` or
-``resume`` only means "accepted". Every wait here polls the sandbox, fast at
+A creation is synchronous in CreateOS: ``POST /v1/sandboxes`` answers only
+once the sandbox runs and its agent answers (the official TypeScript SDK
+relies on it, and its answer may carry no ``status``: read as ``running``),
+so its answer is not polled. Other status changes are asynchronous: a 2xx to
+``pause``, ``resume`` or a fork only means "accepted". Every wait here polls the sandbox, fast at
 first and then backing off, until it leaves its transitional state, or until
 it reaches a state it will not come back from to serve (``error``,
 ``failed``, ``destroying``, ``destroyed``: ``SandboxUnavailable`` at once,
@@ -51,8 +54,12 @@ def created(
     cleanup_deadline: Deadline,
     sleep: _retry.Sleep = time.sleep,
     recovery: Recovery | None = None,
+    runs_when_answered: bool = False,
 ) -> SandboxInfo:
     """Send a request that creates a sandbox (a creation named ``name``, a fork); its result.
+
+    ``runs_when_answered``: the request answers only once the sandbox runs (a
+    creation), so an answer without a ``status`` means ``running``.
 
     The answer must carry a plausible id (``checked_id``). An answer without
     one, a lost answer, or an interrupt while it was awaited all leave the
@@ -84,6 +91,8 @@ def created(
             if explained is exc:
                 raise
             raise explained from None
+        if runs_when_answered and record.get("status") is None:
+            record = {**record, "status": "running"}
         return SandboxInfo.from_api(record)
 
 

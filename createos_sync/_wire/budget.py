@@ -27,9 +27,13 @@ Robustness, each case a test:
   ``flock``, the lock is not inherited by a child forked while it is held
   (see ``_journal``). Threads of one process take a thread lock first, since
   record locks belong to the process.
-- A holder that lives but does not let go (stopped with SIGSTOP, say) is
-  waited for at most ``patience`` seconds, then ``RecordBusy`` is raised: the
-  caller paces itself alone for a while rather than block forever.
+- A holder that lives but does not let go (stopped with SIGSTOP, a
+  debugger) is found out once per process: the lock is waited for at most
+  ``patience`` seconds counted from the first attempt that found it busy,
+  however many threads or calls wait meanwhile, and never past the caller's
+  own bound. Then the record is *stalled* for this process (``RecordBusy``
+  with ``detected`` set once, so that the caller warns once): every send
+  makes one attempt that does not wait, and paces alone while it fails.
 - A missing, truncated or corrupt record (checked by magic, size and CRC) is
   started afresh.
 - A state directory that cannot be written raises ``OSError``: the caller
@@ -65,7 +69,9 @@ log = logging.getLogger("createos_sync.pacer")
 
 SLOTS = 120
 LOCK_PATIENCE = 5.0
+IDLE_RECORD_SECONDS = 86400.0  # a record untouched this long is removed (``prune``)
 DIRECTORY = "rate"
+SUFFIX = ".budget"
 
 _MAGIC = b"CSRB"
 _VERSION = 1
@@ -74,13 +80,22 @@ _TRAILER = struct.Struct("<I")  # CRC-32 of everything before it
 _RING = SLOTS + 1
 _SIZE = _HEADER.size + _RING * (8 + 4) + _TRAILER.size
 
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+class _Local:
+    """This process's side of one record: the thread lock, and what it knows of a stall."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # record locks belong to the process: threads queue here
+        self.busy_since: float | None = None  # the first attempt that found the lock held
+        self.stalled = False  # found held past the patience, and not had since
+
+
+_locals: dict[str, _Local] = {}
+_locals_guard = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    global _locks, _locks_guard
-    _locks, _locks_guard = {}, threading.Lock()  # a parent thread may have held one
+    global _locals, _locals_guard
+    _locals, _locals_guard = {}, threading.Lock()  # a parent thread may have held one
 
 
 if hasattr(os, "register_at_fork"):
@@ -88,13 +103,48 @@ if hasattr(os, "register_at_fork"):
 
 
 class RecordBusy(Exception):
-    """Another live process held the record's lock for longer than the patience allows."""
+    """Another live process holds the record's lock: pace this send alone.
+
+    ``detected`` is True for the one call that found the stall (the caller
+    warns once); False while a stall found earlier goes on, or when the
+    caller's own bound ran out first (its deadline: no stall found yet).
+    """
+
+    def __init__(self, path: Path, *, detected: bool = False) -> None:
+        super().__init__(str(path))
+        self.detected = detected
 
 
 def record_path(directory: Path, base_url: str, window: float) -> Path:
     """Where the record for one service (and window length) lives."""
     digest = hashlib.sha256(f"{base_url} {window!r}".encode()).hexdigest()[:24]
-    return directory / DIRECTORY / f"{digest}.budget"
+    return directory / DIRECTORY / f"{digest}{SUFFIX}"
+
+
+def prune(directory: Path, *, idle: float = IDLE_RECORD_SECONDS) -> int:
+    """Remove the records of ``directory`` untouched for ``idle`` seconds; how many.
+
+    Every base URL has a record, and a local emulator's URL has a port of its
+    own each time, so records would pile up. One idle for a day holds no send
+    of the last window: removing it loses nothing (a send racing the removal
+    starts a fresh record). Errors are ignored: this is housekeeping.
+    """
+    removed = 0
+    cutoff = time.time() - idle
+    try:
+        entries = list(os.scandir(directory / DIRECTORY))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.endswith(SUFFIX):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 class BudgetRecord:
@@ -107,14 +157,50 @@ class BudgetRecord:
         self.patience = patience
         self._key = str(path)
 
-    def take(self, limit: int, clock: Callable[[], float]) -> float:
+    def take(
+        self, limit: int, clock: Callable[[], float], *, bound: float | None = None
+    ) -> float:
         """Count one send now if fewer than ``limit`` are in the window: 0.0; else the wait.
 
+        ``bound``: the longest this call may wait for the lock (the caller's
+        deadline); the patience applies whatever it is.
+
         Raises:
-            RecordBusy: the lock stayed held by a live process past the patience.
+            RecordBusy: another live process holds the lock (see the module's notes).
             OSError: the record cannot be created, read or written.
         """
-        with self._thread_lock(), self._locked() as fd:
+        local = self._local()
+        if not local.lock.acquire(timeout=self._patience(local, bound)):
+            raise RecordBusy(self.path)  # another thread waits for the record: it finds out
+        try:
+            return self._take_locked(local, limit, clock, bound)
+        finally:
+            local.lock.release()
+
+    def _take_locked(
+        self, local: _Local, limit: int, clock: Callable[[], float], bound: float | None
+    ) -> float:
+        """``take`` with the thread lock held: the record lock, then the count."""
+        patience = self._patience(local, bound)
+        if local.busy_since is None:
+            local.busy_since = time.monotonic()  # kept only if this attempt finds it held
+        locked = _LockedFile(self.path, patience)
+        try:
+            fd = locked.__enter__()
+        except RecordBusy:
+            now = time.monotonic()
+            found = local.stalled or now - local.busy_since >= self.patience - 1e-3
+            if not found:
+                raise  # the caller's bound ran out first: pace this one send alone
+            detected, local.stalled = not local.stalled, True
+            raise RecordBusy(self.path, detected=detected) from None
+        except BaseException:
+            local.busy_since = None
+            raise
+        if local.stalled:
+            log.info("the request budget record %s is free again", self.path)
+        local.busy_since, local.stalled = None, False
+        try:
             now = clock()
             buckets, counts, intact = self._read(fd)
             current = math.floor(now / self.width)
@@ -134,6 +220,21 @@ class BudgetRecord:
                     os.ftruncate(fd, _SIZE)  # a damaged record may have been longer
                 return 0.0
             return self._wait(sorted(live), limit, now)
+        finally:
+            locked.__exit__()
+
+    def _patience(self, local: _Local, bound: float | None) -> float:
+        """How long the next lock attempt may wait: what is left of the patience (no
+        wait once a stall was found), and never past ``bound``."""
+        if local.stalled:
+            patience = 0.0
+        elif local.busy_since is None:
+            patience = self.patience
+        else:
+            patience = local.busy_since + self.patience - time.monotonic()
+        if bound is not None:
+            patience = min(patience, bound)
+        return max(patience, 0.0)
 
     def _wait(self, live: list[tuple[int, int]], limit: int, now: float) -> float:
         """Seconds until enough of the oldest buckets leave the window to admit one send."""
@@ -144,12 +245,12 @@ class BudgetRecord:
                 return max((bucket + SLOTS + 1) * self.width - now, 1e-3)
         raise AssertionError("unreachable: the live buckets hold more than the excess")
 
-    def _thread_lock(self) -> threading.Lock:
-        with _locks_guard:
-            return _locks.setdefault(self._key, threading.Lock())
-
-    def _locked(self) -> _LockedFile:
-        return _LockedFile(self.path, self.patience)
+    def _local(self) -> _Local:
+        with _locals_guard:
+            local = _locals.get(self._key)
+            if local is None:
+                local = _locals[self._key] = _Local()
+            return local
 
     def _read(self, fd: int) -> tuple[array.array[int], array.array[int], bool]:
         """The record's buckets and counts (empty ones if missing or damaged), and if intact."""
@@ -216,7 +317,7 @@ class _LockedFile:
                 return
             except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: held elsewhere
                 if time.monotonic() >= give_up:
-                    raise RecordBusy(str(self._path)) from None
+                    raise RecordBusy(self._path) from None
                 time.sleep(nap)
                 nap = min(nap * 2, 5e-3)
 

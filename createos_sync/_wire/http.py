@@ -246,6 +246,11 @@ class Transport:
             config.base_url, config.requests_per_minute, config.rate_scope
         )
 
+    @property
+    def pacer(self) -> Pacer:
+        """The request pacer this transport waits on (shared: see ``_pacer``)."""
+        return self._pacer
+
     def call(
         self,
         method: str,

@@ -101,7 +101,11 @@ class _WarningsOnly(logging.Filter):
 
 @contextlib.contextmanager
 def logging_to_stderr(*, debug: bool) -> Iterator[None]:
-    """Show the SDK's warnings (everything, with ``--debug``) on stderr while the CLI works."""
+    """Show the SDK's warnings (everything, with ``--debug``) on stderr while the CLI works,
+    and every wait for the request budget (``createos_sync.budget`` at INFO: one line a wait)."""
+    budget = logging.getLogger("createos_sync.budget")
+    previous_budget = budget.level
+    budget.setLevel(logging.DEBUG if debug else logging.INFO)
     logger = logging.getLogger("createos_sync")
     handler = logging.StreamHandler(sys.stderr)
     if debug:
@@ -119,3 +123,4 @@ def logging_to_stderr(*, debug: bool) -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+        budget.setLevel(previous_budget)

@@ -5,7 +5,8 @@ items share the caller's client, hence its request budget, and ``LocalItems``
 knows every lease that is open, so that the coordinator can close the running
 ones from outside when it stops (a failure, Ctrl-C): closing a lease
 terminates its processes, which ends a ``run`` in progress, so ``fn``
-returns soon after.
+returns soon after. With ``reuse=True`` the leases come from a ``Pool``
+(``_pool``) and go back to it, and stopping closes its idle ones too.
 
 On another executor (processes, a Dask cluster) nothing of the caller's
 process is reachable: ``remote_item`` is a plain module-level function (it
@@ -26,6 +27,7 @@ from ..client import Client, client_for
 from ..config import Config
 from ..errors import CreateosCleanupError
 from ..lease import Lease
+from ._pool import Pool
 
 ItemFn = Callable[[Lease, Any], Any]
 
@@ -48,10 +50,13 @@ def in_lease(lease: Lease, fn: ItemFn, item: Any) -> Any:
 class LocalItems:
     """Items run in threads of this process, on one client; ``stop`` closes the running ones."""
 
-    def __init__(self, client: Client, options: LeaseOptions, fn: ItemFn) -> None:
+    def __init__(
+        self, client: Client, options: LeaseOptions, fn: ItemFn, *, reuse: bool = False
+    ) -> None:
         self._client = client
         self._options = options
         self._fn = fn
+        self._pool = Pool(client, options) if reuse else None
         self._lock = threading.Lock()
         self._open: dict[int, Lease] = {}
         self._stopping = False
@@ -59,12 +64,14 @@ class LocalItems:
 
     def run(self, index: int, item: Any) -> Any:
         """Run one item (in a worker thread)."""
-        lease = Lease(self._client, self._options)
         with self._lock:
             if self._stopping:
                 self.stopped.add(index)
                 raise Stopped(index)
-        lease.open()
+        if self._pool is not None:
+            lease = self._pool.borrow()
+        else:
+            lease = Lease(self._client, self._options).open()
         with self._lock:
             stopping = self._stopping
             if stopping:
@@ -75,6 +82,8 @@ class LocalItems:
             lease.close()
             raise Stopped(index)
         try:
+            if self._pool is not None:
+                return self._pool.use(lease, self._fn, item)
             return in_lease(lease, self._fn, item)
         finally:
             with self._lock:
@@ -86,16 +95,24 @@ class LocalItems:
             self._stopping = True
             leases = dict(self._open)
             self.stopped.update(leases)
-        return close_all(leases.values())
+        return close_all([*leases.values(), *self._idle()])
+
+    def finish(self) -> list[CreateosCleanupError]:
+        """Every item is done: close the pool's leases (in parallel); their cleanup failures."""
+        return close_all(self._idle())
 
     def destroy_now(self) -> None:
         """A second Ctrl-C: destroy the sandboxes still open at once, without waiting."""
         with self._lock:
             self._stopping = True
-            leases = list(self._open.values())
+            leases = [*self._open.values(), *self._idle()]
         for lease in leases:
             if not lease.closed:
                 lease._destroy_now()
+
+
+    def _idle(self) -> list[Lease]:
+        return self._pool.drain() if self._pool is not None else []
 
 
 class Stopped(Exception):

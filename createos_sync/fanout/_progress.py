@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..files._progress import interactive, tqdm_class
@@ -27,12 +28,20 @@ class Progress:
 
     ``mode``: None draws a bar on a terminal or in a notebook and nothing
     elsewhere; True draws always (plain lines when not a terminal); False never.
+    ``waiting``: the seconds left of a wait for the request budget under way
+    (the pacer's ``waiting``), shown while there is one.
     """
 
     def __init__(
-        self, mode: bool | None, total: int | None, stream: TextIO | None = None
+        self,
+        mode: bool | None,
+        total: int | None,
+        stream: TextIO | None = None,
+        *,
+        waiting: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._stream = stream if stream is not None else sys.stderr
+        self._waiting = waiting
         self._total = total
         self._started = time.monotonic()
         self._last_plain = self._started
@@ -54,7 +63,8 @@ class Progress:
     def show(self) -> None:
         if self._bar is not None:
             finished = self.done + self.failed
-            self._bar.set_postfix_str(f"failed={self.failed} running={self.running}", refresh=False)
+            postfix = f"failed={self.failed} running={self.running}{self._budget(' ')}"
+            self._bar.set_postfix_str(postfix, refresh=False)
             self._bar.update(finished - self._finished)  # redraws, with elapsed and rate
             self._finished = finished
             self._bar.refresh()
@@ -76,10 +86,18 @@ class Progress:
         rate = finished / elapsed if elapsed > 0 else 0.0
         print(
             f"{LABEL}: {finished}{of} finished ({self.done} done, {self.failed} failed), "
-            f"{self.running} running, {elapsed:.0f}s elapsed, {rate:.2f} items/s",
+            f"{self.running} running, {elapsed:.0f}s elapsed, {rate:.2f} items/s"
+            f"{self._budget(', ')}",
             file=self._stream,
             flush=True,
         )
+
+    def _budget(self, separator: str) -> str:
+        """The wait for the request budget under way, if any, in words."""
+        seconds = self._waiting()
+        if seconds <= 0:
+            return ""
+        return f"{separator}waiting {seconds:.0f} s for the request budget"
 
 
 def _tqdm_bar(total: int | None, stream: TextIO) -> Any:

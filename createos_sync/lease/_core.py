@@ -1,7 +1,7 @@
 """The lease's lifecycle: open (create, fork or attach), the containment rule at close.
 
-Request budget: ``open()`` costs one creation request plus status polls
-(none when the sandbox is already running), plus one for the ttl watchdog;
+Request budget: ``open()`` costs one creation request (it answers once the
+sandbox runs: no status poll; a fork adds its polls), plus one for the ttl watchdog;
 ``close()`` costs one destroy (or, for a kept or paused sandbox, one
 termination of the watchdog plus the pause), plus one termination per
 process still running. The ttl's own steps are in ``_ttl``.
@@ -134,8 +134,9 @@ class LeaseCore:
         ``close()`` from another thread meanwhile wins: ``open()`` destroys
         what it created and raises ``LeaseClosed``.
 
-        Request budget: 1 creation (or fork, or read when attaching) plus
-        status polls, plus 1 for the ttl watchdog when ``ttl`` is on (a fork
+        Request budget: 1 creation (it answers once the sandbox runs: no
+        status poll), or 1 fork plus its status polls, or 1 read when
+        attaching; plus 1 for the ttl watchdog when ``ttl`` is on (a fork
         made ``start_paused``: at its first ``resume()``); then 1 renewal per
         ``ttl / 3`` in the background while the lease is open.
 

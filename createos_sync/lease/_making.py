@@ -154,6 +154,7 @@ def _make(
         cleanup_deadline=Deadline.after(transport.config.cleanup_timeout),
         sleep=client.sleep,
         recovery=recovery,
+        runs_when_answered=fork_of is None,
     )
     record.made(info.id)
     log.info("created sandbox %s (%s)", info.id, name)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from createos_sync._wire.pacer import MachinePacer, shared_pacer
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._service.ratelimit import RateLimiter
 
@@ -29,6 +30,19 @@ def test_client_is_configured_for_the_emulator(emu: Emulator) -> None:
         assert "s-1vcpu-1gb" in [shape.id for shape in client.shapes()]
     finally:
         client.close()
+
+
+def test_a_closed_emulator_leaves_no_request_budget_record(
+    make_emu: Callable[..., Emulator],
+) -> None:
+    """Its port is never the same twice: its record would only pile up (issue 24)."""
+    emu = make_emu()
+    with emu.client() as client:
+        client.shapes()
+        record = shared_pacer(client.config.base_url, 300)
+        assert isinstance(record, MachinePacer) and record.record.path.exists()
+    emu.close()
+    assert not record.record.path.exists()
 
 
 def test_temp_root_is_removed_and_root_dir_is_kept(

@@ -45,6 +45,7 @@ def test_results_come_in_input_order_each_item_in_a_sandbox_of_its_own(
     # sent (a run: 3)
     assert ops["sandbox.create"] == ops["sandbox.delete"] == 6
     assert ops["process.create"] == 6 + 6
+    assert sum(ops.values()) == 6 * 6  # no status poll: a creation answers once it runs
     assert not set(seen.values()) & set(emulator.live_sandboxes())
 
 
@@ -284,7 +285,7 @@ def test_setup_runs_once_and_every_item_forks_its_sandbox(
 # --- Ctrl-C, in a real child process ---------------------------------------------------------
 
 MAP_SCRIPT = """
-import signal
+import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import createos_sync as cs
 
@@ -292,12 +293,13 @@ def fn(box, n):
     print("running", n, flush=True)
     box.run("sleep 1000")
 
-cs.map(fn, range(20), concurrency=3, client=cs.Client(requests_per_minute=100_000))
+reuse = sys.argv[1] == "reuse"
+cs.map(fn, range(20), concurrency=3, reuse=reuse, client=cs.Client(requests_per_minute=100_000))
 """
 
 
-def _interrupt_while_three_run(emu: Emulator) -> Any:
-    child = spawn([sys.executable, "-c", MAP_SCRIPT], emulator_env(emu))
+def _interrupt_while_three_run(emu: Emulator, how: str = "fresh") -> Any:
+    child = spawn([sys.executable, "-c", MAP_SCRIPT, how], emulator_env(emu))
     seen = b""
     while seen.count(b"running") < 3:  # several lines may arrive in one read
         seen += read_until(child, b"\n")
@@ -308,9 +310,10 @@ def _interrupt_while_three_run(emu: Emulator) -> Any:
     return child, sandboxes
 
 
-def test_ctrl_c_closes_every_lease_then_raises(emulator: Emulator) -> None:
+@pytest.mark.parametrize("how", ["fresh", "reuse"])
+def test_ctrl_c_closes_every_lease_then_raises(emulator: Emulator, how: str) -> None:
     emulator.clear_request_log()
-    child, sandboxes = _interrupt_while_three_run(emulator)
+    child, sandboxes = _interrupt_while_three_run(emulator, how)
     status, _, err = finish(child)
     assert status != 0 and "KeyboardInterrupt" in err, err
     assert not sandboxes & set(emulator.live_sandboxes())

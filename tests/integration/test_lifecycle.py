@@ -34,23 +34,21 @@ REPO = Path(__file__).resolve().parents[2]
 # --- request budget of a lease (a promise of the README) -----------------------
 
 
-def test_open_and_close_cost_three_requests_plus_status_polls(emulator: Emulator) -> None:
+def test_open_and_close_cost_three_requests_with_no_status_poll(emulator: Emulator) -> None:
+    """A creation answers once the sandbox runs, as on the service: nothing to poll."""
     recorder = UrlRecorder()
     with emulator.client(requests_per_minute=FAST, session=recorder.session) as client:
         emulator.clear_request_log()
         with client.lease() as lease:
             opened = operations(emulator)
             sandbox_id = lease.id
+            assert lease.status == "running"
         closed = operations(emulator)[len(opened) :]
 
-    polls = len(opened) - 2
     watchdog = [("process.create", 201)]  # the ttl watchdog, once the sandbox runs
-    assert opened == [("sandbox.create", 201)] + [("sandbox.get", 200)] * polls + watchdog
+    assert opened == [("sandbox.create", 201), *watchdog]
     assert closed == [("sandbox.delete", 200)]
-    assert len(opened) + len(closed) == 3 + polls
-    # No poll was wasted: the creation's answer and every poll but the last still
-    # saw the sandbox starting (none at all if it was running at once).
-    assert recorder.sandbox_states == ["creating"] * polls + ["running"]
+    assert recorder.sandbox_states == ["running"]  # the creation's answer
     assert sandbox_id not in emulator.live_sandboxes()
 
 

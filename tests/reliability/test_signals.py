@@ -179,8 +179,7 @@ def test_sigint_while_opening_waiting_or_downloading_cleans_up(tmp_path: Path) -
             waiting: spawn([PYTHON, "-c", WAITS], emulator_env(waiting)),
             reading: spawn([PYTHON, "-c", DOWNLOADS, str(target)], emulator_env(reading)),
         }
-        ids = {emu: new_sandbox(emu, set()) for emu in procs}
-        wait_until(lambda: ("sandbox.get", 200) in operations(starting, ids[starting]), "a poll")
+        ids = {emu: new_sandbox(emu, set()) for emu in procs}  # `starting`: its creation waits
         read_until(procs[waiting], b"started\n")  # running: SIGTERM cannot race its start-up
         wait_until(lambda: not reading.faults.pending(), "the download request")
 
@@ -191,7 +190,7 @@ def test_sigint_while_opening_waiting_or_downloading_cleans_up(tmp_path: Path) -
             interrupted(status, err)
             gone(emu, {ids[emu]})
 
-        # While starting: polling stopped, the sandbox destroyed.
+        # While starting (the creation answers once it runs): found by name, destroyed.
         assert operations(starting, ids[starting])[-1] == ("sandbox.delete", 200)
         # While the creation's answer was awaited: found by its unique name, destroyed.
         assert ("sandbox.list", 200) in operations(creating)
@@ -337,11 +336,7 @@ def test_cli_sigterm_and_sighup_before_and_around_the_command(tmp_path: Path) ->
             (while_uploading, writing, signal.SIGHUP),
             (while_downloading, reading, signal.SIGTERM),
         ]
-        sandbox_ids = {emu: new_sandbox(emu, set()) for _, emu, _ in cases}
-        wait_until(
-            lambda: ("sandbox.get", 200) in operations(starting, sandbox_ids[starting]),
-            "a status poll",
-        )
+        sandbox_ids = {emu: new_sandbox(emu, set()) for _, emu, _ in cases}  # starting: waits
         wait_until(lambda: not writing.faults.pending(), "the upload")
         wait_until(lambda: not reading.faults.pending(), "the download")
 

@@ -15,6 +15,8 @@ import pytest
 import responses
 
 from createos_sync import Client, OperationTimeout
+from createos_sync._wire import budget as _budget
+from createos_sync._wire import pacer as _pacer
 from createos_sync._wire.budget import SLOTS, BudgetRecord, RecordBusy, _LockedFile, record_path
 from createos_sync._wire.deadline import Deadline
 from createos_sync._wire.http import Transport
@@ -284,3 +286,129 @@ def test_scopes_and_state_directories_have_pacers_of_their_own(
     assert Client("key", URL, rate_scope="process").transport._pacer is process
     # A transport made from a configuration alone takes that configuration's scope too.
     assert Transport(Config.resolve("key", URL, rate_scope="process"))._pacer is process
+
+
+class _Attempts:
+    """Counts the record-lock attempts that may wait (their patience > 0)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.patiences: list[float] = []
+        attempts = self
+
+        class Counted(_budget._LockedFile):
+            def __init__(self, path: Path, patience: float) -> None:
+                attempts.patiences.append(patience)
+                super().__init__(path, patience)
+
+        monkeypatch.setattr(_budget, "_LockedFile", Counted)
+
+    @property
+    def waiting(self) -> int:
+        return sum(patience > 0 for patience in self.patiences)
+
+
+def _stopped_holder(path: Path) -> multiprocessing.process.BaseProcess:
+    held = FORK.Event()
+    holder = FORK.Process(target=_hold, args=(str(path), held))
+    holder.start()
+    assert held.wait(30)
+    os.kill(holder.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+    return holder
+
+
+def test_a_stuck_holder_is_waited_for_once_per_process_not_once_per_thread(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Threads queued behind the one waiting for the lock learn the verdict: none waits again."""
+    attempts = _Attempts(monkeypatch)
+    holder = _stopped_holder(path)
+    try:
+        pacer = MachinePacer(100, BudgetRecord(path, 60.0, patience=0.5))
+        errors: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                for _ in range(3):
+                    pacer.acquire(Deadline.after(30))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        with caplog.at_level(logging.WARNING, logger="createos_sync.pacer"):
+            threads = [threading.Thread(target=send) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        assert errors == []
+        assert attempts.waiting == 1  # one thread waited the patience; the others did not
+        assert caplog.text.count("stayed locked") == 1
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def test_a_stuck_holder_never_delays_a_send_past_its_deadline(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deadline shorter than the patience: the send goes, paced alone, before it ends."""
+    holder = _stopped_holder(path)
+    try:
+        pacer = MachinePacer(100, BudgetRecord(path, 60.0, patience=30.0))
+        with caplog.at_level(logging.WARNING, logger="createos_sync.pacer"):
+            for _ in range(2):
+                deadline = Deadline.after(0.3)
+                pacer.acquire(deadline)
+                assert not deadline.expired()
+        assert "stayed locked" not in caplog.text  # not found out yet: 0.6 s of 30
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def test_sends_use_the_record_again_once_the_stuck_holder_is_gone(path: Path) -> None:
+    holder = _stopped_holder(path)
+    record = BudgetRecord(path, 60.0, patience=0.2)
+    try:
+        with pytest.raises(RecordBusy) as found:
+            record.take(10, time.monotonic)
+        assert found.value.detected
+        with pytest.raises(RecordBusy) as again:
+            record.take(10, time.monotonic)
+        assert not again.value.detected  # warned once
+    finally:
+        holder.kill()
+        holder.join()
+    assert record.take(10, time.monotonic) == 0.0
+
+
+def test_records_idle_for_a_day_are_pruned(tmp_path: Path) -> None:
+    rate = tmp_path / _budget.DIRECTORY
+    rate.mkdir()
+    old, fresh, other = rate / "a.budget", rate / "b.budget", rate / "notes.txt"
+    for file in (old, fresh, other):
+        file.write_bytes(b"x")
+    day_ago = time.time() - 86400 - 60
+    os.utime(old, (day_ago, day_ago))
+    os.utime(other, (day_ago, day_ago))
+    assert _budget.prune(tmp_path) == 1
+    assert sorted(p.name for p in rate.iterdir()) == ["b.budget", "notes.txt"]
+    assert _budget.prune(tmp_path / "missing") == 0
+
+
+def test_a_new_state_directory_is_pruned_once_and_forget_removes_a_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CREATEOS_SYNC_STATE_DIR", str(tmp_path))
+    stale = record_path(tmp_path, "http://127.0.0.1:1", 61.0)
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x")
+    day_ago = time.time() - 86400 - 60
+    os.utime(stale, (day_ago, day_ago))
+    pacer = shared_pacer("http://127.0.0.1:2", 300)
+    assert not stale.exists()
+    assert isinstance(pacer, MachinePacer)
+    pacer.acquire()
+    assert pacer.record.path.exists()
+    _pacer.forget("http://127.0.0.1:2")
+    assert not pacer.record.path.exists()
+    assert shared_pacer("http://127.0.0.1:2", 300) is not pacer

@@ -102,6 +102,21 @@ def test_open_polls_until_running_backing_off(
     assert len(service.calls("GET", f"/sandboxes/{SANDBOX}")) == 4
 
 
+def test_a_creation_answered_without_a_status_runs_at_once(
+    client: Client, service: Service
+) -> None:
+    """The service answers a creation once the sandbox runs; its answer may omit the
+    status (the official TypeScript SDK reads it as running): no poll, no failure."""
+    answer = sandbox()
+    del answer["status"]
+    service.create_sandbox(body=answer)
+    service.watchdog()
+    service.destroy_sandbox()
+    with client.lease() as box:
+        assert box.status == "running"
+    assert service.calls("GET", f"/sandboxes/{SANDBOX}") == []
+
+
 def test_sandbox_that_fails_while_starting_is_destroyed(client: Client, service: Service) -> None:
     service.create_sandbox("creating")
     service.get_sandbox("failed")

@@ -74,3 +74,19 @@ def test_plain_lines_when_forced_and_not_a_terminal() -> None:
     (line,) = out.getvalue().splitlines()  # shows are every 10 s at most: only the last one
     assert line.startswith("cs.map: 4 finished (3 done, 1 failed), 0 running, ")
     assert line.endswith(" items/s")
+
+
+def test_a_wait_for_the_request_budget_shows_while_it_lasts() -> None:
+    left = [12.4]
+    out, plain = Terminal(), io.StringIO()
+    bar = Progress(None, 5, stream=out, waiting=lambda: left[0])
+    lines = Progress(True, 5, stream=plain, waiting=lambda: left[0])
+    bar.running = lines.running = 2
+    bar.show()
+    lines.close()
+    assert "failed=0 running=2 waiting 12 s for the request budget" in out.getvalue()
+    assert plain.getvalue().rstrip().endswith(", waiting 12 s for the request budget")
+    left[0] = 0.0
+    bar.done, bar.running = 1, 1
+    bar.close()
+    assert out.getvalue().rstrip().endswith("failed=0 running=1]")

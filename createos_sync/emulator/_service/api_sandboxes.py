@@ -99,7 +99,7 @@ class SandboxApi:
             raise
         if keys:
             self._attached.access.add_keys(sandbox.id, keys)
-        return success(sandbox.answer(), 201)
+        return success(self._store.started(sandbox), 201)
 
     def list(self, request: Request) -> Response:
         limit = query_int(request, "limit", 1, 500, 100)

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ..._wire.pacer import forget as forget_budget
 from .._machine.isolation import choose
 from .._machine.janitor import Janitor
 from .._machine.layers import remove_tree
@@ -174,7 +175,8 @@ class Emulator:
         return self
 
     def close(self) -> None:
-        """Kill every process, stop serving, cut open connections, remove the temp dirs."""
+        """Kill every process, stop serving, cut open connections, remove the temp dirs
+        and this machine's request budget record of it (no port serves twice)."""
         if self._templates is not None:
             self._templates.close()
         if self._store is not None:
@@ -187,6 +189,8 @@ class Emulator:
             self._connections.cut_all()
         self._server = self._thread = None
         self._remove_temp_dirs()
+        if self.url:
+            forget_budget(self.url)
 
     def _make_dirs(self) -> Path:
         """The sandboxes' root, and the TLS CA's directory (HTTPS asked for), kept apart

@@ -4,6 +4,7 @@ A transition (``creating``, ``forking``, ``pausing``, ``resuming``, ``destroying
 effect at once on the processes and files (pause really SIGSTOPs every
 process, destroy kills them and removes the storage), while the reported
 status reaches its target only after ``transition_delay``, as on the service.
+A creation alone is answered only once it has (``started``), as on the service.
 Idle sandboxes with ``auto_pause_after_seconds`` are paused by a background
 ticker; idle means no API request for that sandbox, no attached stream and
 no open exchange through its preview URLs. ``configure`` (the PATCH
@@ -248,6 +249,15 @@ class SandboxStore:
             sandbox.storage.seed_from(seed)
         self.isolation.prepare(sandbox.storage)
         return self._add(sandbox)
+
+    def started(self, sandbox: Sandbox) -> dict[str, Any]:
+        """The answer to a creation, given once the sandbox runs, as the service gives it:
+        its ``POST /v1/sandboxes`` returns only once the VM booted and its agent answered
+        (the official TypeScript SDK relies on it), so no client polls after a creation.
+        A sandbox destroyed or failed meanwhile, or the emulator closing, ends the wait."""
+        while sandbox.settle() == "creating" and not self._closed.is_set():
+            self._closed.wait(min(0.05, max(sandbox.due - time.monotonic(), 0.001)))
+        return sandbox.to_json()
 
     def fork(self, source_id: str, changes: ForkChanges) -> Sandbox:
         """A copy of a running or paused sandbox's files and layer; the source is untouched."""
