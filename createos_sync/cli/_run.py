@@ -29,12 +29,9 @@ import signal
 import sys
 from typing import BinaryIO
 
-from .. import files
-from .._commands.command import Command, validate_env
+from .._commands.command import Command
 from .._commands.terminal import EOF_KEY
-from .._resources import checks
-from .._resources import disks as _disks
-from .._sandboxes.options import DEFAULT_TTL, MIN_TTL
+from .._sandboxes.options import DEFAULT_TTL
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from .._wire.server_text import ID, token
@@ -45,6 +42,7 @@ from ..lease import Lease
 from ..process import Process
 from ..result import RunResult
 from . import _local
+from . import _run_args as _args
 from ._keystrokes import Typist
 from ._report import EXIT_FAILURE, PROG, UsageError, say, say_failure
 from ._signals import signals_interrupt
@@ -103,14 +101,14 @@ def add_parser(
         "--env",
         action="append",
         default=[],
-        type=_env_item,
+        type=_args.env_item,
         metavar="K=V",
         help="an environment variable for CMD (K alone passes this machine's value); repeatable",
     )
     parser.add_argument("--cwd", metavar="DIR", help="working directory of CMD")
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=_args.seconds,
         metavar="SECONDS",
         help="terminate CMD after this long and exit 124 (default: no limit)",
     )
@@ -118,7 +116,7 @@ def add_parser(
         "--upload",
         action="append",
         default=[],
-        type=_upload_spec,
+        type=_args.upload_spec,
         metavar="LOCAL:REMOTE",
         help="copy a local file (or directory) to an absolute sandbox path before CMD; repeatable",
     )
@@ -126,7 +124,7 @@ def add_parser(
         "--download",
         action="append",
         default=[],
-        type=_download_spec,
+        type=_args.download_spec,
         metavar="REMOTE:LOCAL",
         help="copy a sandbox file or directory here after CMD, even if it failed; repeatable",
     )
@@ -134,7 +132,7 @@ def add_parser(
         "--disk",
         action="append",
         default=[],
-        type=_disk_spec,
+        type=_args.disk_spec,
         metavar="NAME:/MOUNT/PATH",
         help="mount a persistent disk (its name or id) at an absolute path; detached (flushed) "
         "before the sandbox goes; repeatable",
@@ -151,7 +149,7 @@ def add_parser(
     )
     parser.add_argument(
         "--ttl",
-        type=_ttl,
+        type=_args.ttl,
         default=...,
         metavar="SECONDS",
         help="the sandbox deletes itself this long after this CLI stops renewing it, even if "
@@ -225,17 +223,6 @@ def run(args: argparse.Namespace) -> int:
             if not _download_all(box, args.download, debug=args.debug) and status == 0:
                 status = EXIT_FAILURE
     return status
-
-
-def _disk_spec(value: str) -> tuple[str, str]:
-    """``NAME:/mount/path`` -> (mount path, disk name or id), both checked."""
-    disk, sep, path = value.partition(":")
-    try:
-        if not sep:
-            raise ValueError("expected NAME:/MOUNT/PATH")
-        return checks.mount_path(path), str(_disks.check_ref(disk))
-    except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"--disk {value!r}: {exc}") from None
 
 
 def _networks_named(client: Client, names: list[str]) -> list[str]:
@@ -446,78 +433,3 @@ def _download(box: Lease, remote: str, local: str, *, directory: bool) -> None:
         box.download_dir(remote.rstrip("/") or "/", local, progress=_progress())
     else:
         box.download(remote, local, progress=_progress())
-
-
-# --- argument types (argparse turns their errors into usage errors, status 2) ---
-
-
-def _env_item(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep:
-        if name not in os.environ:
-            raise argparse.ArgumentTypeError(f"{name} is not set here (use K=V)")
-        value = os.environ[name]
-    try:
-        validate_env({name: value})
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return name, value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
-
-
-def _ttl(text: str) -> float | None:
-    """``--ttl``: seconds, or 0 for none."""
-    if text.strip() in ("0", "0.0"):
-        return None
-    value = _seconds(text)
-    if value < MIN_TTL:
-        raise argparse.ArgumentTypeError(f"must be at least {MIN_TTL:g} seconds, or 0 for none")
-    return value
-
-
-def _remote(path: str) -> str:
-    try:
-        return files.check_remote_path(path)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{path!r}: {exc}") from None
-
-
-def _upload_spec(text: str) -> tuple[str, str]:
-    # The remote side is absolute, so the first ":/" separates the two.
-    local, sep, remote = text.partition(":/")
-    if not sep or not local:
-        raise argparse.ArgumentTypeError(f"expected LOCAL:REMOTE, REMOTE absolute: {text!r}")
-    if not os.path.exists(local):  # found out before a sandbox is created for nothing
-        raise argparse.ArgumentTypeError(f"no such file or directory: {local!r}")
-    return local, _remote("/" + remote)
-
-
-def _download_spec(text: str) -> tuple[str, str]:
-    remote, sep, local = text.rpartition(":")
-    if not sep or not local or not remote:
-        raise argparse.ArgumentTypeError(f"expected REMOTE:LOCAL: {text!r}")
-    _check_destination(local, directory=remote.endswith("/"))
-    return _remote(remote), local
-
-
-def _check_destination(local: str, *, directory: bool) -> None:
-    """What can be known of a download's destination before a sandbox is created for it:
-    its directory exists, and it is not a directory with something in it already."""
-    parent = os.path.dirname(os.path.abspath(local))
-    if not os.path.isdir(parent):
-        raise argparse.ArgumentTypeError(f"{local!r}: no such directory {parent!r}")
-    if os.path.isdir(local) and os.listdir(local):
-        raise argparse.ArgumentTypeError(
-            f"{local!r} is a directory that is not empty: download into a new path"
-        )
-    if directory and os.path.lexists(local) and not os.path.isdir(local):
-        raise argparse.ArgumentTypeError(f"{local!r} exists and is not a directory")
