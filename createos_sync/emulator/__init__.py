@@ -68,6 +68,6 @@ from ._service.faults import OPERATIONS, Fault
 from ._service.previews import session as preview_session
 from ._service.requestlog import RequestRecord
 from ._service.server import Emulator
-from ._state.sandboxes import LiveProcess
+from ._state.sandbox import LiveProcess
 
 __all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord", "preview_session"]

@@ -12,7 +12,8 @@ import pytest
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.isolation import NoIsolation
 from createos_sync.emulator._state.catalog import SHAPES
-from createos_sync.emulator._state.sandboxes import SandboxSpec, SandboxStore
+from createos_sync.emulator._state.sandbox import SandboxSpec
+from createos_sync.emulator._state.sandboxes import SandboxStore
 
 from .helpers import Api, wait_until
 

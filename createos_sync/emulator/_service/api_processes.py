@@ -15,7 +15,8 @@ from werkzeug.wrappers import Request, Response
 from .._machine.journal import Aborted, End, Expired, Frame, OffsetExpired
 from .._machine.processes import Command, ManagedProcess, StdinClosed
 from .._machine.terminal import MAX_SIDE
-from .._state.sandboxes import Sandbox, SandboxStore
+from .._state.sandbox import Sandbox
+from .._state.sandboxes import SandboxStore
 from .._wire import ApiError, integer, json_body, query_int, success, text, text_list, text_map
 from .streams import ConnectStream, ExecStream
 

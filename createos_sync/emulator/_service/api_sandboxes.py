@@ -20,7 +20,8 @@ from .._machine.desktop import ROOTFS as DESKTOP_ROOTFS
 from .._machine.desktop import require_tools
 from .._machine.storage import CHUNK, PathRefused
 from .._state.catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
-from .._state.sandboxes import ForkChanges, SandboxSpec, SandboxStore
+from .._state.sandbox import ForkChanges, SandboxSpec
+from .._state.sandboxes import SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import (
     ApiError,

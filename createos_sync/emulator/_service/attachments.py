@@ -12,7 +12,8 @@ from typing import Any
 from .._state.access import AccessStore
 from .._state.disks import DiskRecord, DiskStore
 from .._state.overlays import OverlayStore
-from .._state.sandboxes import Sandbox, SandboxStore
+from .._state.sandbox import Sandbox
+from .._state.sandboxes import SandboxStore
 from .._wire import ApiError
 
 Wanted = tuple[list[tuple[DiskRecord, str, str]], list[str]]

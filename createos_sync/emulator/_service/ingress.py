@@ -54,7 +54,8 @@ from .hangups import Hangups
 from .previews import PREFIX, host_form
 
 if TYPE_CHECKING:
-    from .._state.sandboxes import Sandbox, SandboxStore
+    from .._state.sandbox import Sandbox
+    from .._state.sandboxes import SandboxStore
 
 CHUNK = 64 * 1024
 CONNECT_TIMEOUT = 10.0

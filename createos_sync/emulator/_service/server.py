@@ -18,7 +18,8 @@ from .._machine.isolation import choose
 from .._machine.janitor import Janitor
 from .._machine.layers import remove_tree
 from .._state.builder import Build
-from .._state.sandboxes import LiveProcess, SandboxStore
+from .._state.sandbox import LiveProcess
+from .._state.sandboxes import SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import ApiError
 from . import previews as preview_urls

@@ -26,7 +26,7 @@ from typing import Any
 
 from .._machine.isolation import SYSTEM_DIRS, Isolation
 from .._wire import ApiError, optional_text, text, timestamp
-from .sandboxes import Sandbox
+from .sandbox import Sandbox
 
 DISK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 WORD = re.compile(r"[\x21-\x7e]{1,255}\Z")

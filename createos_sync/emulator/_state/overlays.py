@@ -18,7 +18,7 @@ from typing import Any
 
 from .._machine.links import Links
 from .._wire import ApiError, timestamp
-from .sandboxes import Sandbox
+from .sandbox import Sandbox
 
 MAX_NETWORKS = 250
 MAX_MEMBERS = 252
