@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,12 +62,19 @@ PROBE_TIMEOUT = 10.0
 # bubblewrap mounts that file at REPORTER_MOUNT.
 REPORTER = str(Path(__file__).resolve().with_name("reporter.py"))
 REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
-# A sandbox path where a shell word starts (after a blank, "=", ":", a redirection or a
-# separator, maybe in quotes), and not part of a longer path or name: clearly a path
-# argument. Inside a word ("print('/tmp/x')" in a program's own code) it is left alone.
-SANDBOX_PATH = re.compile(
-    r"(?:^|(?<=[\s=:<>;&|`]))([\"']?)(/workspace|/home/user|/tmp)(?![\w.-])"
-)
+
+
+def sandbox_paths_pattern(mounts: Iterable[str]) -> re.Pattern[str]:
+    """A sandbox path where a shell word starts (after a blank, "=", ":", a redirection or a
+    separator, maybe in quotes), and not part of a longer path or name: clearly a path
+    argument. Inside a word ("print('/tmp/x')" in a program's own code) it is left alone.
+    Groups: the opening quote, if any, and the mount."""
+    alternatives = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+    return re.compile(rf"(?:^|(?<=[\s=:<>;&|`]))([\"']?)({alternatives})(?![\w.-])")
+
+
+SANDBOX_PATH = sandbox_paths_pattern(mount for mount, _ in MOUNTS)
+
 PLAIN_MODE_WARNING = (
     "sandbox commands run directly on this machine, WITHOUT isolation: they can read and "
     "change your files. /workspace, /tmp and /home/user mean the sandbox's only where a "
@@ -150,10 +158,7 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     dirs.update((mount, str(host)) for mount, host in storage.binds.items())  # disks
     if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
         return text
-    pattern = SANDBOX_PATH
-    if storage.binds:
-        alternatives = "|".join(re.escape(m) for m in sorted(dirs, key=len, reverse=True))
-        pattern = re.compile(rf"(?<![\w.~/-])({alternatives})(?![\w.-])")
+    pattern = sandbox_paths_pattern(dirs) if storage.binds else SANDBOX_PATH
     # A host path of the emulator's storage (what `pwd` shows, given back) stays as it is,
     # although it may start with /tmp.
     storage_root = f"{storage.root.parent}/"
