@@ -30,7 +30,10 @@ run_tier() {  # NAME EXTRA MIN_MINOR TEST_GLOB
   fi
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q -e ".[emulator,$extra]" pytest >/dev/null
+  if ! "$venv/bin/pip" install -q -e ".[emulator,$extra]" pytest >"$venv/pip.log" 2>&1; then
+    cat "$venv/pip.log" >&2
+    return 1
+  fi
   # shellcheck disable=SC2086  # the glob names the tier's test files
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $glob
 }

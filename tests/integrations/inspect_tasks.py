@@ -9,7 +9,7 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer
 from inspect_ai.solver import Generate, Solver, TaskState, solver
-from inspect_ai.util import sandbox
+from inspect_ai.util import ExecStdout, sandbox
 
 SAMPLES = [Sample(input=f"sample number {i}", target=f"SAMPLE NUMBER {i}", id=i) for i in range(3)]
 
@@ -41,6 +41,21 @@ def hang() -> Solver:
     return solve
 
 
+@solver
+def stream() -> Solver:
+    """Streams a command's output through ``exec_remote`` (Inspect's injected tools)."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        process = await sandbox().exec_remote(
+            ["sh", "-c", f"for w in {state.input_text}; do echo $w; done"]
+        )
+        words = [event.data.strip() async for event in process if isinstance(event, ExecStdout)]
+        await sandbox().write_file("answer.txt", " ".join(w for w in words if w).upper())
+        return state
+
+    return solve
+
+
 @scorer(metrics=[accuracy()])
 def in_sandbox():  # type: ignore[no-untyped-def]
     """Correct when the sandbox's answer.txt holds the target."""
@@ -55,6 +70,11 @@ def in_sandbox():  # type: ignore[no-untyped-def]
 @task
 def shouting() -> Task:
     return Task(dataset=SAMPLES, solver=shout(), scorer=in_sandbox(), sandbox="createos")
+
+
+@task
+def streaming() -> Task:
+    return Task(dataset=SAMPLES, solver=stream(), scorer=in_sandbox(), sandbox="createos")
 
 
 @task

@@ -19,6 +19,7 @@ from createos_sync.emulator import Emulator
 from ..waiting import wait_until
 
 TASKS = Path(__file__).with_name("inspect_tasks.py")
+MOCK = ["--model", "mockllm/model"]
 EVAL = [str(Path(sys.executable).with_name("inspect")), "eval"]
 
 
@@ -35,9 +36,28 @@ def _environment(emulator: Emulator, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_every_sample_is_scored_and_nothing_is_left(emulator: Emulator, tmp_path: Path) -> None:
+STREAMING_NEEDS_A_DAEMON = (
+    "exec_remote runs Inspect's injected tools as a server that must outlive the command "
+    "that starts it; the local emulator ends whatever a command leaves running when it "
+    "exits (each command has a PID namespace of its own), so the server is gone at the "
+    "next poll ('No job found'). A CreateOS sandbox is a VM, where it stays."
+)
+
+
+@pytest.mark.parametrize(
+    ("task", "samples"),
+    [
+        ("shouting", 3),
+        pytest.param(
+            "streaming", 1, marks=pytest.mark.xfail(reason=STREAMING_NEEDS_A_DAEMON, strict=True)
+        ),
+    ],
+)
+def test_every_sample_is_scored_and_nothing_is_left(
+    emulator: Emulator, tmp_path: Path, task: str, samples: int
+) -> None:
     done = subprocess.run(
-        [*EVAL, f"{TASKS}@shouting", "--model", "mockllm/model", "--log-format", "json"],
+        [*EVAL, f"{TASKS}@{task}", *MOCK, "--log-format", "json", "--limit", str(samples)],
         env=_environment(emulator, tmp_path),
         capture_output=True,
         text=True,
@@ -48,7 +68,7 @@ def test_every_sample_is_scored_and_nothing_is_left(emulator: Emulator, tmp_path
     [log] = (tmp_path / "logs").glob("*.json")
     data = json.loads(log.read_text())
     assert data["status"] == "success"
-    assert [s["scores"]["in_sandbox"]["value"] for s in data["samples"]] == ["C", "C", "C"]
+    assert [s["scores"]["in_sandbox"]["value"] for s in data["samples"]] == ["C"] * samples
     assert emulator.live_sandboxes() == []
 
 
@@ -56,7 +76,7 @@ def test_sigint_once_the_sandboxes_exist_leaves_nothing_alive(
     emulator: Emulator, tmp_path: Path
 ) -> None:
     eval_ = subprocess.Popen(
-        [*EVAL, f"{TASKS}@hanging", "--model", "mockllm/model"],
+        [*EVAL, f"{TASKS}@hanging", *MOCK],
         env=_environment(emulator, tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
