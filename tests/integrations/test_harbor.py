@@ -19,7 +19,7 @@ pytest.importorskip("harbor", reason="the [harbor] extra is not installed (Pytho
 
 from createos_sync.emulator import Emulator
 
-TASK = Path(__file__).with_name("harbor_task")
+TASK = Path(__file__).resolve().parents[2] / "examples" / "harbor_task"  # the example itself
 HARBOR = str(Path(sys.executable).with_name("harbor"))
 ENVIRONMENT = "createos_sync.integrations.harbor:CreateOSEnvironment"
 RUN = [HARBOR, "run", "-p", str(TASK), "-a", "oracle", "--env", ENVIRONMENT]

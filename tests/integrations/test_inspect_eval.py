@@ -100,3 +100,19 @@ def test_sigint_once_the_sandboxes_exist_leaves_nothing_alive(
 
     assert emulator.live_sandboxes() == [], out[-3000:]
     assert emulator.live_processes() == []
+
+
+def test_the_example_scores_every_sample(emulator: Emulator, tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "inspect_task.py"
+
+    done = subprocess.run(
+        [sys.executable, str(example)],
+        env=_environment(emulator, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "success: 3 of 3 samples correct" in done.stdout
+    assert emulator.live_sandboxes() == []
