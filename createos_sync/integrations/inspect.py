@@ -94,6 +94,9 @@ class CreateOSSandboxEnvironment(SandboxEnvironment):
 
     _templates: ClassVar[dict[str, str]] = {}  # Dockerfile content hash -> template id
     _templates_lock = threading.Lock()
+    # Samples not cleaned up yet. Inspect calls task_cleanup("shutdown", ...) once at
+    # the end of the whole run, not per task name: it sees every one of them.
+    _open: ClassVar[set[cs.Lease]] = set()
 
     def __init__(self, lease: cs.Lease, config: CreateOSSandboxConfig) -> None:
         super().__init__()
@@ -152,6 +155,7 @@ class CreateOSSandboxEnvironment(SandboxEnvironment):
         except BaseException as exc:
             await _threads.close(lease, exc)
             raise
+        cls._open.add(lease)
         return {"default": cls(lease, settings)}
 
     @classmethod
@@ -162,14 +166,19 @@ class CreateOSSandboxEnvironment(SandboxEnvironment):
         environments: dict[str, SandboxEnvironment],
         interrupted: bool,
     ) -> None:
-        failures: list[BaseException] = []
-        for environment in environments.values():
-            try:
-                await _threads.close(environment.as_type(CreateOSSandboxEnvironment).lease)
-            except Exception as exc:  # close every one, then say what failed
-                failures.append(exc)
-        if failures:
-            raise failures[0]
+        leases = [e.as_type(CreateOSSandboxEnvironment).lease for e in environments.values()]
+        await _close_all(leases)
+
+    @classmethod
+    async def task_cleanup(
+        cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool
+    ) -> None:
+        """Samples Inspect did not clean up: destroyed, or kept by ``--no-sandbox-cleanup``."""
+        left = list(cls._open)
+        if not cleanup:
+            for lease in left:
+                print(f"kept sandbox {lease.id} (createos-sync destroy {lease.id})")
+        await _close_all(left, on_exit=None if cleanup else "keep")
 
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
@@ -286,6 +295,19 @@ class CreateOSSandboxEnvironment(SandboxEnvironment):
                     _threads.shared_client().build_template(name, content).id
                 )
             return cls._templates[digest]
+
+
+async def _close_all(leases: list[cs.Lease], on_exit: Literal["keep"] | None = None) -> None:
+    """Close every lease (each shielded), then raise the first failure: none is silent."""
+    failures: list[BaseException] = []
+    for lease in leases:
+        CreateOSSandboxEnvironment._open.discard(lease)
+        try:
+            await _threads.shielded(lease.close, on_exit=on_exit)
+        except Exception as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def _template_named(name: str, *, missing_ok: bool = False) -> str | None:

@@ -141,3 +141,22 @@ def test_inspect_sandbox_cleanup_destroys_what_a_killed_eval_left(
 
     assert done.returncode == 0, done.stdout + done.stderr
     wait_until(lambda: emulator.live_sandboxes() == [], "the sandbox destroyed", timeout=10)
+
+
+@pytest.mark.parametrize("cleanup", [True, False])
+def test_task_cleanup_ends_what_no_sample_cleanup_did(
+    emulator: Emulator, shared_client: Client, cleanup: bool
+) -> None:
+    async def scenario() -> str | None:
+        envs = await CreateOSSandboxEnvironment.sample_init("t", NO_TTL, {})
+        # Inspect skips sample_cleanup with --no-sandbox-cleanup, and when a run is cut short
+        await CreateOSSandboxEnvironment.task_cleanup("shutdown", NO_TTL, cleanup)
+        return envs["default"].lease.id  # type: ignore[attr-defined,no-any-return]
+
+    sandbox_id = anyio.run(scenario)
+
+    if cleanup:
+        assert emulator.live_sandboxes() == []
+    else:  # --no-sandbox-cleanup: kept for the user to look into
+        assert emulator.live_sandboxes() == [sandbox_id]
+        shared_client.destroy(sandbox_id or "")
