@@ -92,7 +92,8 @@ class CreateOSSandboxConfig(BaseModel):
 class CreateOSSandboxEnvironment(SandboxEnvironment):
     """One sample's CreateOS sandbox (a lease)."""
 
-    _templates: ClassVar[dict[str, str]] = {}  # Dockerfile content hash -> template id
+    # (service, Dockerfile content hash) -> template id
+    _templates: ClassVar[dict[tuple[str, str], str]] = {}
     _templates_lock = threading.Lock()
     # Samples not cleaned up yet. Inspect calls task_cleanup("shutdown", ...) once at
     # the end of the whole run, not per task name: it sees every one of them.
@@ -288,13 +289,15 @@ class CreateOSSandboxEnvironment(SandboxEnvironment):
         """The id of a ready template built from ``dockerfile`` (built at most once)."""
         content = Path(dockerfile).read_text(encoding="utf-8")
         digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+        client = _threads.shared_client()
+        key = (client.config.base_url, digest)
         with cls._templates_lock:
-            if digest not in cls._templates:
+            if key not in cls._templates:
                 name = f"inspect-{digest}"
-                cls._templates[digest] = _template_named(name, missing_ok=True) or (
-                    _threads.shared_client().build_template(name, content).id
+                cls._templates[key] = _template_named(name, missing_ok=True) or (
+                    client.build_template(name, content).id
                 )
-            return cls._templates[digest]
+            return cls._templates[key]
 
 
 async def _close_all(leases: list[cs.Lease], on_exit: Literal["keep"] | None = None) -> None:
