@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -145,3 +146,10 @@ async def run(
     except BaseException:
         await shielded(process.terminate)
         raise
+
+
+def returncode(result: cs.RunResult) -> int:
+    """The shell's way: the exit code, or 128 + N for a process killed by signal N."""
+    if result.exit_code is not None:
+        return result.exit_code
+    return 128 + signal.Signals[result.signal].value if result.signal else 1

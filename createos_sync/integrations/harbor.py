@@ -132,8 +132,9 @@ class CreateOSEnvironment(BaseEnvironment):
             cwd=cwd or self.task_env_config.workdir,
             env=self._merge_env(env),
         )
-        code = result.exit_code if result.exit_code is not None else 128 + _signal(result.signal)
-        return ExecResult(stdout=result.stdout, stderr=result.stderr, return_code=code)
+        return ExecResult(
+            stdout=result.stdout, stderr=result.stderr, return_code=_threads.returncode(result)
+        )
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         data = Path(source_path).read_bytes()
@@ -218,9 +219,3 @@ def _template(dockerfile: str, force: bool) -> str:
 def _name(environment: str) -> str:
     cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in environment)
     return f"harbor-{cleaned}"[:32]
-
-
-def _signal(name: str | None) -> int:
-    import signal
-
-    return signal.Signals[name].value if name else 0

@@ -23,6 +23,14 @@ stop ``read_file`` and ``write_file`` (Inspect's Docker provider says the
 same as root). ``user:`` in the config makes another user the default one
 (commands and transfers then run as that user; transfers cost more
 requests, see ``_files``).
+
+Request budget: ``exec`` 4 (its stdin staged, even an empty one, so that no
+command waits for input), ``write_file`` and ``read_file`` 1 each; a sample
+costs its lease's open and close besides. ``exec``'s ``timeout_retry`` is not
+needed (a timeout here is the command's, never a hung transport: the SDK
+reconnects on its own) and ``concurrency`` is for local sandboxes.
+``task_cleanup`` ends what no ``sample_cleanup`` did, keeping the sandboxes
+(and printing their ids) under ``--no-sandbox-cleanup``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,6 @@ import hashlib
 import os
 import posixpath
 import shlex
-import signal
 import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
@@ -225,9 +232,7 @@ class CreateOSSandboxEnvironment(SandboxEnvironment):
             raise SandboxUnavailableError(
                 f"sandbox {self.lease.id} cannot run commands: {exc}"
             ) from exc
-        returncode = result.exit_code
-        if returncode is None:
-            returncode = 128 + signal.Signals[result.signal].value if result.signal else 1
+        returncode = _threads.returncode(result)
         if returncode in (1, 126) and _not_executable(result.stderr, cmd[0]):
             raise PermissionError(errno.EACCES, f"Permission denied executing {cmd[0]}")
         if user is not None and returncode == 127 and "runuser: not found" in result.stderr:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import posixpath
 import shlex
-import signal
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -102,13 +101,10 @@ class CreateOSSandboxSession(BaseSandboxSession):
             timeout=timeout if timeout is not None else _NO_LIMIT,
             cwd=self.state.manifest.root,
         )
-        code = result.exit_code
-        if code is None:
-            code = 128 + signal.Signals[result.signal].value if result.signal else 1
         return ExecResult(
             stdout=result.stdout.encode("utf-8", "surrogateescape"),
             stderr=result.stderr.encode("utf-8", "surrogateescape"),
-            exit_code=code,
+            exit_code=_threads.returncode(result),
         )
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
