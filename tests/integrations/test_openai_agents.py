@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("agents.sandbox", reason="the [openai-agents] extra is not installed")
 anyio = pytest.importorskip("anyio")
 
+import io  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from agents import RunConfig, Runner, set_tracing_disabled  # noqa: E402
@@ -61,3 +62,23 @@ def test_a_scripted_agent_runs_its_shell_tool_in_a_sandbox(
     )
     assert "written by the agent" in str(output)
     assert sandbox_id not in emulator.live_sandboxes()  # destroyed when the session shut down
+
+
+def test_a_workspace_persisted_from_one_sandbox_hydrates_another(
+    emulator: Emulator, shared_client: Client
+) -> None:
+    client = CreateOSSandboxClient()
+    options = CreateOSSandboxClientOptions(ttl=None)
+
+    async def scenario() -> bytes:
+        first = await client.create(options=options)
+        async with first:
+            await first.write(Path("notes/a.txt"), io.BytesIO(b"kept across sandboxes"))
+            archive = await first.persist_workspace()
+        second = await client.create(options=options)
+        async with second:
+            await second.hydrate_workspace(archive)
+            return bytes((await second.read(Path("notes/a.txt"))).read())
+
+    assert anyio.run(scenario) == b"kept across sandboxes"
+    assert emulator.live_sandboxes() == []
