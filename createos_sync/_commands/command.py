@@ -27,6 +27,10 @@ SHELL = "/bin/bash"
 MAX_WRAPPER_BYTES = 120 * 1024
 
 
+class CommandTooLong(ValueError):
+    """The wrapper would not fit in one argument: stage the script as a file."""
+
+
 class Gate(enum.Enum):
     """How the wrapper waits for the client before starting the command."""
 
@@ -119,8 +123,24 @@ class Command:
         kind = "script" if isinstance(self.args, str) else "argv"
         return f"{_MARKER} {kind} {len(self._exports())}"
 
-    def wrapper(self, gate: Gate, stdin_path: str | None = None) -> list[str]:
-        """The ``args`` of the ``/bin/bash`` process to create."""
+    def staged_script(self) -> str:
+        """The script as a file's text, for a command too long to pass as an argument.
+
+        It removes itself first (bash reads on from the open file), on the
+        first line, so that the user's line numbers stay as they are.
+        """
+        return 'rm -f -- "$0"; ' + self.script()
+
+    def wrapper(
+        self, gate: Gate, stdin_path: str | None = None, script_path: str | None = None
+    ) -> list[str]:
+        """The ``args`` of the ``/bin/bash`` process to create.
+
+        With ``script_path`` (where ``staged_script()`` was written), the
+        script is read from that file instead of an argument: Linux caps one
+        argument at 128 KiB, while a file has no such limit (the argv a
+        script then execs may still total up to the kernel's ARG_MAX).
+        """
         lines = []
         if gate is Gate.STDIN_EOF:
             lines.append("IFS= read -r -d '' _ || :")
@@ -138,14 +158,19 @@ class Command:
             lines.append("IFS= read -r _ || :")
         if self.cwd is not None:
             lines.append(f"cd -- {shlex.quote(self.cwd)} || exit 1")
-        lines.append(self._marker())
-        lines.append(f"{_EXEC_LINE}{shlex.quote(self.script())}")
+        if script_path is None:
+            lines.append(self._marker())
+            lines.append(f"{_EXEC_LINE}{shlex.quote(self.script())}")
+        else:  # no marker: unwrap() cannot find the command in here, and says so
+            lines.append(
+                f's={shlex.quote(script_path)}; [ -e "$s" ] || s="${{TMPDIR:-/tmp}}/${{s##*/}}"'
+            )
+            lines.append(f'exec {SHELL} -l "$s"')
         wrapper = "\n".join(lines)
         if len(wrapper.encode("utf-8", "surrogatepass")) > MAX_WRAPPER_BYTES:
-            raise ValueError(
+            raise CommandTooLong(
                 "the command and its env are too long to pass as an argument "
-                f"(over {MAX_WRAPPER_BYTES // 1024} KiB): write the script with "
-                "write_file() and run the file instead"
+                f"(over {MAX_WRAPPER_BYTES // 1024} KiB)"
             )
         return ["-c", wrapper]
 

@@ -32,7 +32,7 @@ from ..errors import (
     restated,
 )
 from ..result import RunResult, describe_args
-from .command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, Gate
+from .command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, CommandTooLong, Gate
 from .follow import Deliver, Follower, Keep
 from .output import Capture
 from .recovery import ServiceRecovery
@@ -64,7 +64,9 @@ def launch(
 
     A creation whose outcome is unknown (no answer, or one without a usable
     ``process_id``) poisons the lease: a process may exist that nobody can
-    name, so the sandbox must be destroyed at close. Once the lease closes,
+    name, so the sandbox must be destroyed at close. A command too long to
+    pass as an argument is staged as a script file first (1 more request).
+    Once the lease closes,
     no creation is sent (``LeaseClosed``); one sent before is waited for by
     ``close()``, which then terminates its process.
     """
@@ -74,7 +76,12 @@ def launch(
     if stdin is not None:
         staged = files.scratch_path("stdin")
         files.write(box, staged, stdin, deadline)
-    args = command.wrapper(gate, staged)
+    try:
+        args = command.wrapper(gate, staged)
+    except CommandTooLong:  # too long for one argument: stage the script as a file
+        script = files.scratch_path("script")
+        files.write(box, script, command.staged_script(), deadline)
+        args = command.wrapper(gate, staged, script)
     with box.table.creating():
         try:
             record = _api.create_process(

@@ -119,7 +119,7 @@ def _check_timeout(value: object) -> float | None:
     return check_seconds("timeout", value)
 
 
-def _check_on_exit(value: object) -> OnExit | None:
+def check_on_exit(value: object) -> OnExit | None:
     if value is not None and value not in ON_EXIT_CHOICES:
         raise ValueError(f"on_exit must be one of {', '.join(ON_EXIT_CHOICES)}")
     return value  # type: ignore[return-value]
@@ -187,7 +187,7 @@ class LeaseOptions:
     sandbox_id: str | None = attrs.field(default=None, converter=_check_sandbox_id)
     fork_from: str | None = attrs.field(default=None, converter=_check_fork_from)
     start_paused: bool = attrs.field(default=False, converter=_check_flag)
-    on_exit: OnExit | None = attrs.field(default=None, converter=_check_on_exit)
+    on_exit: OnExit | None = attrs.field(default=None, converter=check_on_exit)
     timeout: float | None = attrs.field(default=None, converter=_check_timeout)
     journal: bool = attrs.field(default=True, converter=_check_flag)
     disks: tuple[tuple[str, _disks.DiskRef], ...] = attrs.field(

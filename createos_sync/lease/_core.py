@@ -34,7 +34,7 @@ from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.journal import Journal
-from .._sandboxes.options import LeaseOptions, OnExit
+from .._sandboxes.options import LeaseOptions, OnExit, check_on_exit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import (
@@ -265,7 +265,7 @@ class LeaseCore:
             sandbox_destroyed=False,
         )
 
-    def close(self, *, fresh_session: bool = False) -> None:
+    def close(self, *, fresh_session: bool = False, on_exit: OnExit | None = None) -> None:
         """Terminate unfinished processes, then apply ``on_exit``; idempotent.
 
         No new process starts once closing begins, and every process whose
@@ -289,12 +289,17 @@ class LeaseCore:
         Args:
             fresh_session: send the cleanup on a new HTTP session (the exit
                 hook's choice: at interpreter exit the old one may be mid-use).
+            on_exit: instead of the lease's own (decided at the end, as Harbor's
+                ``stop(delete=False)`` does); containment still comes first.
 
         Raises:
             CreateosCleanupError: containment unconfirmed, or the sandbox could
                 not be destroyed (or paused) as ``on_exit`` asked.
         """
+        on_exit = check_on_exit(on_exit)
         with self._lock:
+            if on_exit is not None and self._state in ("opening", "open"):
+                self._on_exit = on_exit
             pending, self._pending_failure = self._pending_failure, None
             state = self._state
             if state in ("new", "closed"):

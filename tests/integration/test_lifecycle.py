@@ -180,6 +180,23 @@ def test_on_exit_keep_leaves_the_sandbox_running_without_processes(
     assert sandbox_id not in emulator.live_sandboxes()
 
 
+def test_close_may_choose_on_exit_at_the_end(emulator: Emulator, client: Client) -> None:
+    lease = client.lease().open()  # made by the lease: destroy, unless close() says otherwise
+    sandbox_id = lease.id
+    assert sandbox_id is not None
+    lease.start("sleep 1000")
+
+    lease.close(on_exit="keep")
+
+    try:
+        assert client.sandbox(sandbox_id).status == "running"
+        assert processes_of(emulator, sandbox_id, watchdog=True) == []  # the ttl's too
+        with pytest.raises(ValueError, match="on_exit"):
+            client.lease().close(on_exit="forget")  # type: ignore[arg-type]
+    finally:
+        client.destroy(sandbox_id)
+
+
 def test_destroy_leaves_no_process_behind(emulator: Emulator, client: Client) -> None:
     with client.lease(ttl=None) as lease:  # no watchdog: the test counts the sandbox's processes
         sandbox_id = lease.id

@@ -391,6 +391,24 @@ def test_run_with_stdin_costs_exactly_four_requests(emulator: Emulator, box: Lea
     ]
 
 
+def test_a_command_too_long_for_an_argument_is_staged_as_a_file(
+    emulator: Emulator, box: Lease
+) -> None:
+    chunk = "x" * (64 * 1024)  # 1 MiB of argv: far over one argument's 128 KiB
+    emulator.clear_request_log()
+
+    result = box.run(["printf", "%s", *([chunk] * 16)], check=True)
+
+    assert result.stdout == chunk * 16
+    assert operations(emulator) == [
+        ("file.write", 200),
+        ("process.create", 201),
+        ("process.connect", 200),
+        ("process.stdin_close", 200),
+    ]
+    assert box.run("ls -A /tmp").stdout == ""  # the staged script removed itself
+
+
 def test_invalid_arguments_send_no_request(emulator: Emulator, box: Lease) -> None:
     emulator.clear_request_log()
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from createos_sync._commands.command import Command, Gate
+from createos_sync._commands.command import Command, CommandTooLong, Gate
 
 PRINT_ARGV = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
 HOSTILE = [
@@ -117,6 +117,24 @@ def test_line_gate_keeps_stdin_open_for_the_command() -> None:
 def test_oversized_command_is_refused_before_sending() -> None:
     with pytest.raises(ValueError, match="too long"):
         Command.parse("echo " + "x" * 200_000).wrapper(Gate.STDIN_EOF)
+
+
+def test_a_command_too_long_for_an_argument_runs_from_a_staged_script(
+    tmp_path: os.PathLike[str],
+) -> None:
+    command = Command.parse("echo " + "x" * 200_000 + " | wc -c\necho $LINENO", env={"A": "1"})
+    with pytest.raises(CommandTooLong):
+        command.wrapper(Gate.STDIN_EOF)
+    script = os.path.join(tmp_path, "script")
+    with open(script, "w") as f:
+        f.write(command.staged_script())
+    args = command.wrapper(Gate.STDIN_EOF, script_path=script)
+    assert len(args[1]) < 1024
+    done = subprocess.run(
+        ["/bin/bash", *args], input="", capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout.splitlines()[-2:] == ["200001", "2"]  # the user's line numbers kept
+    assert not os.path.exists(script)  # it removed itself
 
 
 def test_repr_never_shows_env_values() -> None:
