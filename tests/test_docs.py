@@ -28,8 +28,10 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert test_command.endswith("python -m pytest -q -n 2")
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci  # the same line, verbatim
-    # then the checks of the built wheel in fresh environments, once the suite passed
+    # then, once the suite passed, the integrations tier and the built wheel's checks
     steps = [line for line in ci if line and not line.startswith("#")]
-    assert steps[-1] == "bash .ci/consumer.sh"
-    assert "((status == 0)) || exit \"$status\"" in steps[steps.index(test_command) :]
+    after = steps[steps.index(test_command) :]
+    assert after.index("((status == 0)) || exit \"$status\"") < after.index("bash .ci/consumer.sh")
+    assert any(line.startswith("bash .ci/integrations.sh") for line in after)
+    assert steps[-1] == "((consumer == 0 && integrations == 0))"
     assert "apt-get install" in "\n".join(ci) and "bubblewrap" in "\n".join(ci)
