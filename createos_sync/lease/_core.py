@@ -88,6 +88,7 @@ class LeaseCore:
         self._watchdog = Watchdog(options.effective_ttl)
         self._expired = False
         self._pending_failure: CreateosCleanupError | None = None
+        self._settled = False  # destroyed, or left as on_exit asked: nothing to name
         self._opened_at: float | None = None
 
     @property
@@ -289,6 +290,13 @@ class LeaseCore:
             CreateosCleanupError: containment unconfirmed, or the sandbox could
                 not be destroyed (or paused) as ``on_exit`` asked.
         """
+        # Interrupts wait while the bookkeeping runs, and act at once during requests and
+        # waits (see _shield): whatever instant they land at, the sandbox is gone or the
+        # exception that escapes names it (and its journal entry stays).
+        with _shield.held():
+            self._close(fresh_session)
+
+    def _close(self, fresh_session: bool) -> None:
         with self._lock:
             pending, self._pending_failure = self._pending_failure, None
             state = self._state
@@ -304,7 +312,8 @@ class LeaseCore:
             elif state == "opening":
                 self._state = "closing"  # open() sees it, and undoes itself
         if state != "open":
-            self._closed_event.wait()
+            with _shield.delivered():
+                self._closed_event.wait()
             if state == "opening" and self._abandoned is not None:
                 raise CreateosCleanupError(
                     str(self._abandoned),
@@ -319,34 +328,63 @@ class LeaseCore:
         failure: CreateosCleanupError | None = None
         try:
             failure = self._contain()
+        except BaseException as exc:
+            self._name_leftovers(exc)
+            raise
         finally:
             self._finish_close()
         if failure is not None:
             log.error("%s", failure)
             raise failure
 
+    def _name_leftovers(self, exc: BaseException) -> None:
+        """``close()`` was cut short: unless its sandbox is gone, ``exc`` names what is left."""
+        box = self._box
+        if box is None or self._settled:
+            return
+        processes = [*box.table.unfinished(), *box.table.unconfirmed_ids]
+        running = f" with process {', '.join(processes)}" if processes else ""
+        kept = (
+            "the lease journal keeps it for `createos-sync reap`"
+            if self._record.journal is not None and self._record.name is not None
+            else f"destroy it with `createos-sync destroy {box.sandbox_id}`"
+        )
+        attach_cleanup_failure(
+            exc,
+            CreateosCleanupError(
+                f"closing the lease was interrupted: sandbox {box.sandbox_id} may still be "
+                f"running{running} ({kept})",
+                sandbox_id=box.sandbox_id,
+                process_ids=processes,
+                sandbox_destroyed=None,
+            ),
+        )
+
     def _contain(self) -> CreateosCleanupError | None:
+        """The containment rule at close; runs held, each request ``delivered()``."""
         box = self._box
         if box is None:
             return None
         if self._watchdog.gone:  # deleted by its watchdog (or by someone else): nothing is left
+            self._settled = True
             self._forget_journal()
             return None
         budget = CleanupTime.of(box.transport)
         try:
-            terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
+            with _shield.delivered():
+                terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
         except KeyboardInterrupt:
             log.warning(
                 "interrupted while terminating processes: destroying sandbox %s", box.sandbox_id
             )
-            if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
-                self._forget_journal()
+            self._watchdog.cancel()
+            self._destroyed(box, self._cleanup_deadline())
             raise
         if box.table.poisoned:
             return self._destroy_poisoned(box, budget.destroy())
         if self._on_exit == "destroy":
             self._watchdog.cancel()  # destroyed with its sandbox: no request of its own
-            if not _sandbox.destroy(box.transport, box.sandbox_id, budget.destroy()):
+            if not self._destroyed(box, budget.destroy()):
                 return CreateosCleanupError(
                     f"sandbox {box.sandbox_id} could not be destroyed: it may still be running "
                     f"(retry with `createos-sync destroy {box.sandbox_id}`)",
@@ -354,35 +392,47 @@ class LeaseCore:
                     sandbox_destroyed=False,
                 )
             self._info = None
-            self._forget_journal()
             return None
         kept = "kept" if self._on_exit == "keep" else "paused"
-        failure = _ttl.stop(self._watchdog, box.sandbox_id, kept, budget)
+        with _shield.delivered():
+            failure = _ttl.stop(self._watchdog, box.sandbox_id, kept, budget)
         if failure is not None:
             return failure
         if self._watchdog.gone:  # found deleted while stopping it: nothing is left
+            self._settled = True
             self._forget_journal()
             return None
         if self._on_exit == "pause":
             try:
-                self._info = _sandbox.pause(
-                    box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
-                )
+                with _shield.delivered():
+                    info = _sandbox.pause(
+                        box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
+                    )
+                self._info = info
             except CreateosError as exc:
                 return CreateosCleanupError(
                     f"sandbox {box.sandbox_id} could not be paused ({exc}): it is still running",
                     sandbox_id=box.sandbox_id,
                     sandbox_destroyed=None,
                 )
+        self._settled = True  # left as on_exit asked: nothing to name
         self._forget_journal()
         return None
+
+    def _destroyed(self, box: Box, deadline: Deadline) -> bool:
+        """Destroy the sandbox (1 request); once confirmed, forget its journal entry."""
+        with _shield.delivered():
+            destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
+        if destroyed:
+            self._settled = True
+            self._forget_journal()
+        return destroyed
 
     def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
         why, suspects = box.table.why_poisoned(), box.table.unconfirmed_ids
         self._watchdog.cancel()
-        destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
+        destroyed = self._destroyed(box, deadline)
         if destroyed:
-            self._forget_journal()
             outcome = f"sandbox {box.sandbox_id} was destroyed instead"
         else:
             outcome = (
