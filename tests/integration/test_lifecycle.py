@@ -223,6 +223,21 @@ def test_close_is_idempotent_and_a_closed_lease_refuses_work(client: Client) -> 
         lease.open()
 
 
+def test_a_process_of_a_closed_lease_refuses_send_and_resize_without_a_request(
+    emulator: Emulator, client: Client
+) -> None:
+    """Issue 22, item 7: not a request answered 404."""
+    lease = client.lease().open()
+    process = lease.start("sleep 1000", pty=True)
+    lease.close()
+    emulator.clear_request_log()
+    with pytest.raises(cs.LeaseClosed, match=f"process {process.id}"):
+        process.send("hello\r")
+    with pytest.raises(cs.LeaseClosed, match=f"process {process.id}"):
+        process.resize(30, 90)
+    assert operations(emulator) == []
+
+
 # --- files -----------------------------------------------------------------
 
 
