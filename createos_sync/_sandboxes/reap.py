@@ -21,7 +21,10 @@ says so). Finding that out costs one TCP connection attempt, no request.
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
@@ -32,6 +35,7 @@ from .._wire.deadline import Deadline
 from ..config import service_key
 from ..errors import CreateosError
 from ..network import is_loopback
+from . import background as _background
 from .fork import candidates, read_marker
 from .journal import Entry, Journal, Unreadable
 
@@ -44,6 +48,12 @@ Action = Literal[
 ]
 Confirm = Callable[[Entry], bool]
 PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at once if closed
+AUTO_ENV = "CREATEOS_SYNC_AUTO_REAP"  # "off": opening a lease reaps nothing
+
+log = logging.getLogger("createos_sync.reap")
+
+_swept: set[str] = set()  # the services this process has swept (once each)
+_swept_lock = threading.Lock()
 
 
 @attrs.frozen
@@ -123,6 +133,41 @@ def reap(
         outcomes.append(outcome)
     outcomes += [_unreadable(bad, by_name) for bad in survey.unreadable]
     return outcomes
+
+
+def sweep_in_background(client: Client, journal: Journal) -> None:
+    """Once per process and service, when a lease opens: ``reap`` in the background.
+
+    A crashed script's sandboxes (its owner is dead: SIGKILL, a crash, a
+    creation cut before its ttl watchdog was armed) are gone by the next run,
+    no command needed; live owners' and other hosts' entries are never
+    touched. Each outcome is logged at INFO (a failure at WARNING). Costs
+    nothing when nothing is left; else what ``reap`` costs, paced with every
+    other request. ``CREATEOS_SYNC_AUTO_REAP=off`` turns it off.
+    """
+    if os.environ.get(AUTO_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+        return
+    key = service_key(client.config.base_url)
+    with _swept_lock:
+        if key in _swept:
+            return
+        _swept.add(key)
+    _background.scheduler().call_later(
+        0.0, lambda: _sweep(client, journal), name="reap of dead owners' sandboxes", own_thread=True
+    )
+
+
+def _sweep(client: Client, journal: Journal) -> None:
+    try:
+        outcomes = reap(client, journal=journal)
+    except (CreateosError, OSError) as exc:
+        log.warning("reaping the sandboxes of dead leases failed: %s", exc)
+        return
+    for outcome in outcomes:
+        if outcome.action in ("destroyed", "forgotten"):
+            log.info("reaped a dead lease's entry: %s", outcome.describe())
+        elif outcome.action == "failed":
+            log.warning("could not reap a dead lease's entry: %s", outcome.describe())
 
 
 def _reason_to_skip(

@@ -22,6 +22,9 @@ from .._sandboxes import (
     journal as _journal,
 )
 from .._sandboxes import (
+    reap as _reap,
+)
+from .._sandboxes import (
     registry as _registry,
 )
 from .._sandboxes import (
@@ -195,6 +198,8 @@ class LeaseCore:
             self._state = "open"
             self._opened_at = time.monotonic()
         _registry.add(self)
+        if self._record.journal is not None:  # what crashed scripts left: gone by the next run
+            _reap.sweep_in_background(self._client, self._record.journal)
         if self._options.max_lifetime is not None:
             self._lifetime = _background.scheduler().call_later(
                 self._options.max_lifetime,
