@@ -333,9 +333,11 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 print(json.dumps({"closed": box.id}), flush=True)
 """
 )
-# The first SIGINT lands at one of these points of close() (which takes about 0.3 s
-# here: a termination, then a destroy), the second this long after it.
-CLOSE_POINTS = tuple(n * 0.04 for n in range(9))
+# Each close() terminates its process, then destroys its sandbox: the first destroy is
+# refused (503) after DESTROY_STALL and sent again. The first SIGINT lands at one of
+# these points of close() (which takes about 0.6 s here), the second this long after it.
+DESTROY_STALL = 0.15
+CLOSE_POINTS = tuple(n * 0.06 for n in range(9))
 CLOSE_GAPS = (0.0, 0.001, 0.002, 0.005, 0.010)
 CLOSE_TRIALS = [(point, gap) for point in CLOSE_POINTS for gap in CLOSE_GAPS]
 CLOSE_BATCH = 5
@@ -371,11 +373,16 @@ def test_two_interrupts_at_once_during_close_never_leave_an_unnamed_sandbox(
 ) -> None:
     """Issue 28: the sandbox is gone, or the exception names it and the journal keeps it."""
     outcomes = {"nothing left": 0, "named in a note": 0}
+    unnamed: list[str] = []  # every trial is run: the figure counts them all
     hog = spawn([PYTHON, "-c", HOG], os.environ.copy())  # under load, as the rare window needs
     try:
         with emulator(transition_delay=0) as emu:
             for batch in range(0, len(CLOSE_TRIALS), CLOSE_BATCH):
                 trials = CLOSE_TRIALS[batch : batch + CLOSE_BATCH]
+                emu.faults.clear()
+                emu.faults.add(
+                    Fault("sandbox.delete", status=503, delay=DESTROY_STALL, times=len(trials))
+                )
                 with ThreadPoolExecutor(len(trials)) as pool:
                     results = list(pool.map(lambda t: _interrupt_close(emu, *t), trials))
                 journal = {e.sandbox_id for e in Journal().entries()}
@@ -385,9 +392,10 @@ def test_two_interrupts_at_once_during_close_never_leave_an_unnamed_sandbox(
                         outcomes["nothing left"] += 1
                         continue
                     notes = "\n".join(report.get("notes", ()))
-                    assert f"sandbox {sandbox_id}" in notes, f"{where}: {report}"
-                    assert sandbox_id in journal, where
-                    outcomes["named in a note"] += 1
+                    if f"sandbox {sandbox_id}" in notes and sandbox_id in journal:
+                        outcomes["named in a note"] += 1
+                    else:
+                        unnamed.append(f"{where}: {report}, journaled: {sandbox_id in journal}")
                 with emu.client(requests_per_minute=FAST) as client:
                     reap(client)  # the owners are gone: what is left goes now
                 assert emu.live_sandboxes() == []
@@ -395,8 +403,10 @@ def test_two_interrupts_at_once_during_close_never_leave_an_unnamed_sandbox(
         hog.kill()
         hog.wait()
     ledger.add(scenarios=len(CLOSE_TRIALS))
+    print(f"two interrupts during close(), {len(CLOSE_TRIALS)} trials: {outcomes}, "
+          f"{len(unnamed)} left a sandbox unnamed")  # fmt: skip
+    assert unnamed == []
     assert Journal().entries() == []
-    print(f"two interrupts during close(), {len(CLOSE_TRIALS)} trials: {outcomes}")
 
 
 # --- the CLI outside its command -------------------------------------------------------------
