@@ -34,14 +34,12 @@ from .._sandboxes import (
     shield as _shield,
 )
 from .._sandboxes.box import Box
-from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.journal import Journal
 from .._sandboxes.options import LeaseOptions, OnExit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import (
     CreateosCleanupError,
-    CreateosError,
     LeaseClosed,
     SandboxUnavailable,
     add_note,
@@ -50,6 +48,7 @@ from ..errors import (
 )
 from ..models import SandboxInfo
 from . import _ttl
+from ._closing import Containment
 from ._making import Record, make
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ log = logging.getLogger("createos_sync.lease")
 L = TypeVar("L", bound="LeaseCore")
 
 
-class LeaseCore:
+class LeaseCore(Containment):
     """Owns one sandbox from ``open()`` to ``close()``; the capability mixins build on it."""
 
     def __init__(
@@ -342,115 +341,6 @@ class LeaseCore:
             log.error("%s", failure)
             raise failure
 
-    def _name_leftovers(self, exc: BaseException) -> None:
-        """``close()`` was cut short: unless its sandbox is gone, ``exc`` names what is left."""
-        box = self._box
-        if box is None or self._settled:
-            return
-        processes = [*box.table.unfinished(), *box.table.unconfirmed_ids]
-        running = f" with process {', '.join(processes)}" if processes else ""
-        kept = (
-            "the lease journal keeps it for `createos-sync reap`"
-            if self._record.journal is not None and self._record.name is not None
-            else f"destroy it with `createos-sync destroy {box.sandbox_id}`"
-        )
-        attach_cleanup_failure(
-            exc,
-            CreateosCleanupError(
-                f"closing the lease was interrupted: sandbox {box.sandbox_id} may still be "
-                f"running{running} ({kept})",
-                sandbox_id=box.sandbox_id,
-                process_ids=processes,
-                sandbox_destroyed=None,
-            ),
-        )
-
-    def _contain(self) -> CreateosCleanupError | None:
-        """The containment rule at close; runs held, each request ``delivered()``."""
-        box = self._box
-        if box is None:
-            return None
-        if self._watchdog.gone:  # deleted by its watchdog (or by someone else): nothing is left
-            self._settled = True
-            self._forget_journal()
-            return None
-        budget = CleanupTime.of(box.transport)
-        try:
-            with _shield.delivered():
-                terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
-        except KeyboardInterrupt:
-            log.warning(
-                "interrupted while terminating processes: destroying sandbox %s", box.sandbox_id
-            )
-            self._watchdog.cancel()
-            self._destroyed(box, self._cleanup_deadline())
-            raise
-        if box.table.poisoned:
-            return self._destroy_poisoned(box, budget.destroy())
-        if self._on_exit == "destroy":
-            self._watchdog.cancel()  # destroyed with its sandbox: no request of its own
-            if not self._destroyed(box, budget.destroy()):
-                return CreateosCleanupError(
-                    f"sandbox {box.sandbox_id} could not be destroyed: it may still be running "
-                    f"(retry with `createos-sync destroy {box.sandbox_id}`)",
-                    sandbox_id=box.sandbox_id,
-                    sandbox_destroyed=False,
-                )
-            self._info = None
-            return None
-        kept = "kept" if self._on_exit == "keep" else "paused"
-        with _shield.delivered():
-            failure = _ttl.stop(self._watchdog, box.sandbox_id, kept, budget)
-        if failure is not None:
-            return failure
-        if self._watchdog.gone:  # found deleted while stopping it: nothing is left
-            self._settled = True
-            self._forget_journal()
-            return None
-        if self._on_exit == "pause":
-            try:
-                with _shield.delivered():
-                    info = _sandbox.pause(
-                        box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
-                    )
-                self._info = info
-            except CreateosError as exc:
-                return CreateosCleanupError(
-                    f"sandbox {box.sandbox_id} could not be paused ({exc}): it is still running",
-                    sandbox_id=box.sandbox_id,
-                    sandbox_destroyed=None,
-                )
-        self._settled = True  # left as on_exit asked: nothing to name
-        self._forget_journal()
-        return None
-
-    def _destroyed(self, box: Box, deadline: Deadline) -> bool:
-        """Destroy the sandbox (1 request); once confirmed, forget its journal entry."""
-        with _shield.delivered():
-            destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
-        if destroyed:
-            self._settled = True
-            self._forget_journal()
-        return destroyed
-
-    def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
-        why, suspects = box.table.why_poisoned(), box.table.unconfirmed_ids
-        self._watchdog.cancel()
-        destroyed = self._destroyed(box, deadline)
-        if destroyed:
-            outcome = f"sandbox {box.sandbox_id} was destroyed instead"
-        else:
-            outcome = (
-                f"destroying sandbox {box.sandbox_id} failed too: it may still be running "
-                f"(retry with `createos-sync destroy {box.sandbox_id}`)"
-            )
-        return CreateosCleanupError(
-            f"containment unconfirmed: {why}; {outcome}",
-            sandbox_id=box.sandbox_id,
-            process_ids=suspects,
-            sandbox_destroyed=destroyed,
-        )
-
     def _destroy_now(self) -> None:
         """A second Ctrl-C during cleanup: destroy the sandbox at once, whatever on_exit says."""
         box = self._box
@@ -477,9 +367,6 @@ class LeaseCore:
         if self._owns_client:
             self._client.close()
 
-    def _forget_journal(self) -> None:
-        self._record.forget()
-
     def _expire(self) -> None:
         self._expired = True
         if self._box is not None:
@@ -494,9 +381,6 @@ class LeaseCore:
         except CreateosCleanupError as exc:
             with self._lock:
                 self._pending_failure = exc  # the next close() raises it
-
-    def _cleanup_deadline(self) -> Deadline:
-        return Deadline.after(self._client.transport.config.cleanup_timeout)
 
     def __enter__(self: L) -> L:
         return self.open()
