@@ -160,8 +160,8 @@ def sweep_in_background(client: Client, journal: Journal) -> None:
 def _sweep(client: Client, journal: Journal) -> None:
     try:
         outcomes = reap(client, journal=journal)
-    except (CreateosError, OSError) as exc:
-        log.warning("reaping the sandboxes of dead leases failed: %s", exc)
+    except Exception as exc:  # the client closed meanwhile, say: the entries stay for later
+        log.warning("reaping the sandboxes of dead leases failed (%s): %s", type(exc).__name__, exc)
         return
     for outcome in outcomes:
         if outcome.action in ("destroyed", "forgotten"):
