@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING
 
 from ._sandboxes.options import lease_options as _lease_options
@@ -18,6 +19,7 @@ from ._sandboxes.reap import reap
 from ._sandboxes.registry import close_all
 from ._sandboxes.registry import open_leases as leases
 from .client import Client
+from .computer import Screenshot, Window
 from .config import Config
 from .errors import (
     CommandFailed,
@@ -31,6 +33,7 @@ from .errors import (
     OperationTimeout,
     OutputLostError,
     ProtocolError,
+    RemoteFileNotFoundError,
     SandboxUnavailable,
     TemplateBuildError,
     UnsafeArchiveError,
@@ -38,7 +41,17 @@ from .errors import (
 )
 from .fanout import map
 from .lease import Lease
-from .models import ProcessInfo, SandboxInfo, Shape, Template
+from .models import (
+    AccessTokenInfo,
+    Bandwidth,
+    Disk,
+    DiskMount,
+    Network,
+    ProcessInfo,
+    SandboxInfo,
+    Shape,
+    Template,
+)
 from .process import Process
 from .result import RunResult
 
@@ -74,6 +87,8 @@ def lease(
 
 
 __all__ = [
+    "AccessTokenInfo",
+    "Bandwidth",
     "Client",
     "CommandFailed",
     "CommandTimeout",
@@ -82,21 +97,27 @@ __all__ = [
     "CreateosApiError",
     "CreateosCleanupError",
     "CreateosError",
+    "Disk",
+    "DiskMount",
     "Lease",
     "LeaseClosed",
     "LeaseExpired",
+    "Network",
     "OperationTimeout",
     "OutputLostError",
     "Process",
     "ProcessInfo",
     "ProtocolError",
+    "RemoteFileNotFoundError",
     "RunResult",
     "SandboxInfo",
     "SandboxUnavailable",
+    "Screenshot",
     "Shape",
     "Template",
     "TemplateBuildError",
     "UnsafeArchiveError",
+    "Window",
     "__version__",
     "close_all",
     "is_cleanup_error",
@@ -105,3 +126,15 @@ __all__ = [
     "map",
     "reap",
 ]
+
+
+def __dir__() -> list[str]:
+    """``dir(createos_sync)`` (and so tab completion): the public names and submodules,
+    not the helpers this module imports for itself (``Mapping``, ``annotations``...)."""
+    names = {*__all__, *(n for n in globals() if n.startswith("__"))}
+    names.update(
+        n
+        for n, v in globals().items()
+        if isinstance(v, _ModuleType) and n.isidentifier() and not n.startswith("_")
+    )
+    return sorted(names)

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from . import templates
+from ._resources import checks
+from ._resources import disks as _disks
+from ._resources import networks as _networks
 from ._sandboxes.options import check_seconds, lease_options, takes_lease_keywords
 from ._wire import api as _api
 from ._wire import retry as _retry
@@ -22,7 +25,7 @@ from ._wire.http import Transport
 from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease
-from .models import SandboxInfo, Shape, Template
+from .models import Disk, Network, SandboxInfo, Shape, Template
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -194,14 +197,104 @@ class Client:
         _check_id("template_id", template_id)
         return Template.from_api(_api.get_template(self.transport, template_id, self._deadline()))
 
-    def delete_template(self, template_id: str) -> None:
-        """Delete the template ``template_id`` (1 request); one already gone (404) counts
-        as deleted.
+    def delete_template(self, template_id: str) -> bool:
+        """Delete the template ``template_id`` (1 request): True if it was deleted, False
+        if the service did not know it (404: never made, or already deleted).
 
-        Sandboxes already made from it are not affected.
+        A 404 is no error, since what was asked holds (no such template is left), but
+        the caller learns that nothing was deleted. Sandboxes already made from it are
+        not affected.
         """
         _check_id("template_id", template_id)
-        _api.delete_template(self.transport, template_id, self._deadline())
+        return _api.delete_template(self.transport, template_id, self._deadline())
+
+    def disks(self) -> list[Disk]:
+        """Every persistent disk registered with the account (1 request per 500)."""
+        return [Disk.from_api(d) for d in _api.list_disks(self.transport, self._deadline())]
+
+    def create_disk(
+        self,
+        name: str,
+        *,
+        bucket: str,
+        endpoint: str,
+        access_key: str,
+        secret_key: str,
+        region: str | None = None,
+        path_style: bool = False,
+    ) -> Disk:
+        """Register an S3 bucket as a persistent disk named ``name``; mount it with
+        ``lease(disks={"/mnt/data": disk})`` or ``box.attach_disk``.
+
+        ``bucket`` at ``endpoint`` (``region``; ``path_style`` for path-style URLs,
+        as MinIO wants), reached with ``access_key`` and ``secret_key``: sent once,
+        never kept or shown. 1 request, never repeated after a lost answer
+        (``disk(name)`` then says whether it was made).
+
+        Raises:
+            ValueError, TypeError: an invalid name (``[a-z0-9][a-z0-9-]{0,62}``), bucket,
+                endpoint, region or key, before any request (a key's value is never shown).
+        """
+        body = _disks.registration(
+            name, bucket=bucket, endpoint=endpoint, access_key=access_key,
+            secret_key=secret_key, region=region, path_style=path_style,
+        )  # fmt: skip
+        return Disk.from_api(_api.create_disk(self.transport, body, self._deadline()))
+
+    def disk(self, id_or_name: str) -> Disk:
+        """The disk ``id_or_name`` (its id or its name), read afresh (1 request)."""
+        key = _disks.ref_key(_disks.check_ref(id_or_name))
+        return Disk.from_api(_api.get_disk(self.transport, key, self._deadline()))
+
+    def delete_disk(self, id_or_name: str | Disk) -> bool:
+        """Delete the registration of disk ``id_or_name`` (its bucket keeps its files);
+        False if it was unknown.
+
+        Request budget: 1."""
+        key = _disks.ref_key(_disks.check_ref(id_or_name))
+        return _api.delete_disk(self.transport, key, self._deadline())
+
+    def rotate_disk_credentials(
+        self, id_or_name: str | Disk, *, access_key: str, secret_key: str
+    ) -> Disk:
+        """Replace the stored ``access_key`` and ``secret_key`` of disk ``id_or_name``
+        (1 request; the keys are never kept or shown)."""
+        key = _disks.ref_key(_disks.check_ref(id_or_name))
+        keys = _disks.credentials(access_key, secret_key)
+        answer = _api.rotate_disk_credentials(self.transport, key, keys, self._deadline())
+        return Disk.from_api(answer)
+
+    def networks(self) -> list[Network]:
+        """Every private network of the account (1 request per 500)."""
+        return [Network.from_api(n) for n in _api.list_networks(self.transport, self._deadline())]
+
+    def create_network(self, name: str) -> Network:
+        """A new private network called ``name``; sandboxes join it with
+        ``lease(networks=[net])`` or ``box.attach_network(net)`` (1 request, never repeated
+        after a lost answer)."""
+        checked = checks.network_name(name)
+        return Network.from_api(_api.create_network(self.transport, checked, self._deadline()))
+
+    def network(self, network_id: str | Network) -> Network:
+        """The network ``network_id`` (or a ``Network``), read afresh: ``.members`` maps
+        sandbox ids to their ips on it (1 request)."""
+        key = _networks.network_id(_networks.check_ref(network_id))
+        return Network.from_api(_api.get_network(self.transport, key, self._deadline()))
+
+    def delete_network(self, network_id: str | Network) -> bool:
+        """Delete the network ``network_id``; False if unknown. The service refuses while it
+        is in use, also for a few seconds after its members went: this asks again for up
+        to 30 s.
+
+        Request budget: 1, plus 1 per refusal while it is in use.
+        """
+        key = _networks.network_id(_networks.check_ref(network_id))
+        return _networks.delete(self.transport, key, self._deadline(), self.sleep)
+
+    def sandbox_by_ip(self, ip: str) -> SandboxInfo:
+        """The sandbox with this (private) ip (1 request)."""
+        address = checks.ip(ip)
+        return SandboxInfo.from_api(_api.sandbox_by_ip(self.transport, address, self._deadline()))
 
     def request(
         self,
@@ -213,8 +306,8 @@ class Client:
     ) -> Any:
         """Send one request to any endpoint under ``/v1``; return the envelope's ``data``.
 
-        The escape hatch for what the package does not wrap yet (networks,
-        disks, bandwidth, ssh keys): ``client.request("GET", "/whoami")``.
+        The escape hatch for what the package does not wrap (such as
+        ``client.request("GET", "/whoami")``).
         ``path`` is relative to ``/v1`` (a leading ``/v1`` is accepted). The
         request goes through the client's pacer, and its errors are the
         package's, secret-safe ones (the message of a 4xx is shown scrubbed

@@ -26,6 +26,15 @@ STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+class Secret(str):
+    """A credential (an access token, a disk's keys): a ``str`` whose repr never shows it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('***')"
+
+
 class ApiKey(str):
     """The API key: a ``str`` whose repr never shows it.
 
@@ -115,7 +124,10 @@ def validate_api_key(key: str | None) -> ApiKey:
     if key is not None and not isinstance(key, str):
         raise ConfigError("the API key must be a str")
     if key is None or not key.strip():
-        raise ConfigError(f"no API key: pass api_key= or set {API_KEY_ENV}")
+        raise ConfigError(
+            f"no API key: pass api_key= or set {API_KEY_ENV}; or try it offline on the local "
+            "emulator (createos_sync.emulator): see the README, 'Try it on a fresh machine'"
+        )
     if not (key.isascii() and key.isprintable()):
         raise ConfigError(
             "the API key must be printable ASCII: it holds a character that cannot be sent "

@@ -5,7 +5,8 @@
     CreateosError
     ├── ConfigError (also ValueError)     bad configuration, found before any request
     ├── CreateosApiError                  an HTTP answer (or a lost one) that is a failure:
-    │                                     .status, .operation, .request_id, .server_message
+    │   │                                 .status, .operation, .request_id, .server_message
+    │   └── RemoteFileNotFoundError (also FileNotFoundError)   no such file in the sandbox
     ├── OperationTimeout (also TimeoutError)   an operation outlived its deadline
     ├── SandboxUnavailable                the sandbox is in a state that cannot serve
     │   └── LeaseExpired                  its ttl watchdog deleted it (renewals stopped)
@@ -28,6 +29,8 @@ of the key and of every value the request sent (``_server_text.scrub``).
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +59,11 @@ class Operation:
     TEMPLATE_MANAGEMENT = "template management"
     PORT_WAIT = "port wait"
     TTL = "ttl watchdog"
+    COMPUTER = "computer use"
     REQUEST = "API request"
+    DISK_MANAGEMENT = "disk management"
+    NETWORK_MANAGEMENT = "network management"
+    ACCESS_TOKEN = "access token management"
 
 
 class CreateosError(Exception):
@@ -116,6 +123,39 @@ class CreateosApiError(CreateosError):
         if detail:
             message += f": {detail}"
         super().__init__(message)
+
+
+class RemoteFileNotFoundError(CreateosApiError, FileNotFoundError):
+    """The sandbox has no file (or directory) at ``filename``, the remote path asked for.
+
+    Raised by reads, downloads and directory downloads, so that ``except
+    FileNotFoundError`` works as it does for a local file. It is an API
+    error with status 404 (the service's answer to a missing file), or, for a
+    directory download, the sandbox's own report that the path does not exist.
+    """
+
+    def __init__(
+        self,
+        filename: str,
+        operation: str = Operation.FILE_TRANSFER,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            operation,
+            404,
+            request_id=request_id,
+            detail=f"no such file or directory in the sandbox: {filename}",
+        )
+        self.errno = errno.ENOENT
+        self.strerror = os.strerror(errno.ENOENT)
+        self.filename = filename
+
+    def __str__(self) -> str:  # the API error's message, not OSError's "[Errno 2] ..."
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError keeps errno and filename outside __dict__: rebuild through __init__.
+        return (type(self), (self.filename, self.operation, self.request_id), self.__dict__)
 
 
 class OperationTimeout(CreateosError, TimeoutError):
@@ -235,15 +275,16 @@ class UnsafeArchiveError(CreateosError, ValueError):
     archive is damaged."""
 
 
-# What a failure's message shows of the command's stderr: its last lines, each shortened.
+# What a failure's message shows of each output stream: its last lines, each shortened.
 _TAIL_LINES = 5
 _TAIL_LINE_CHARS = 200
 
 
-def _stderr_tail(stderr: str) -> str:
-    """The last few non-blank lines of ``stderr``, indented, shortened and stripped of
-    control characters (a terminal must not interpret them), or "" when there are none."""
-    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+def _stream_tail(name: str, text: str) -> str:
+    """The last few non-blank lines of ``text`` under a label naming ``name``, indented,
+    shortened and stripped of control characters (a terminal must not interpret them),
+    or "" when there are none."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     shown = []
     for line in lines[-_TAIL_LINES:]:
         clean = "".join(c if c.isprintable() else "?" for c in line.expandtabs(4))
@@ -253,16 +294,24 @@ def _stderr_tail(stderr: str) -> str:
     if not shown:
         return ""
     cut = len(lines) - len(shown)
-    head = f"stderr (last {len(shown)} of {len(lines)} lines):" if cut else "stderr:"
+    head = f"{name} (last {len(shown)} of {len(lines)} lines):" if cut else f"{name}:"
     return "\n".join([head, *shown])
+
+
+def _output_tail(result: RunResult) -> str:
+    """The tails of stdout and stderr, each labelled, for whichever has output: many
+    tools (pytest, make) report their failures on stdout."""
+    tails = [_stream_tail("stdout", result.stdout), _stream_tail("stderr", result.stderr)]
+    return "\n".join(t for t in tails if t)
 
 
 class CommandFailed(CreateosError):
     """A command run with ``check=True`` exited non-zero; ``.result`` has its output.
 
-    The message ends with the last few lines of the command's stderr (at most
-    five, each cut at 200 characters, control characters shown as ``?``), as
-    ``subprocess`` users end up printing by hand; ``.result.stderr`` keeps all.
+    The message ends with the last few lines of the command's stdout and of
+    its stderr, each labelled and shown only when it has output (at most five
+    lines each, each cut at 200 characters, control characters shown as
+    ``?``), as ``subprocess`` users end up printing by hand; ``.result`` keeps all.
     """
 
     def __init__(self, result: RunResult, message: str | None = None) -> None:
@@ -273,7 +322,7 @@ class CommandFailed(CreateosError):
             else:
                 ended = f"exited with status {result.exit_code}"
             message = f"command {result.describe_args()} {ended} (process {result.process_id})"
-            tail = _stderr_tail(result.stderr)
+            tail = _output_tail(result)
             if tail:
                 message += "\n" + tail
         super().__init__(message)
@@ -289,7 +338,7 @@ class CommandTimeout(CommandFailed, TimeoutError):
             f"command {result.describe_args()} timed out after its limit{limit}"
             f" (process {result.process_id})"
         )
-        tail = _stderr_tail(result.stderr)
+        tail = _output_tail(result)
         super().__init__(result, f"{message}\n{tail}" if tail else message)
 
 

@@ -1,4 +1,5 @@
-"""Immutable views of the API's JSON: shapes, sandboxes, processes, templates.
+"""Immutable views of the API's JSON: shapes, sandboxes, processes, templates, disks,
+networks, access tokens, bandwidth.
 
 Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
@@ -9,13 +10,25 @@ text that is kept (egress rules, the ingress URL template) is checked first
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import attrs
 
-from ._wire.server_text import SIGNAL, STATUS, TEMPLATE_STATUS, egress_rules, token, url_template
+from ._wire.server_text import (
+    SIGNAL,
+    STATUS,
+    TEMPLATE_STATUS,
+    UNRECOGNISED,
+    egress_rules,
+    scrub,
+    token,
+    url_template,
+)
+from .config import Secret
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
 # A sandbox in one of these states will not serve again: waits stop there.
@@ -189,4 +202,149 @@ class Template:
             created_at=_time(data, "created_at"),
             built_at=_time(data, "built_at"),
             size_bytes=_int(data, "ext4_size_bytes"),
+        )
+
+
+# Names, buckets and endpoints are server text shown in reprs: checked first.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_PRINTABLE = re.compile(r"[\x21-\x7e]{1,512}\Z")
+_MOUNT_STATUS = re.compile(r"(?:pending|mounted|error|unmounting)\Z")
+
+
+def _ip(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return UNRECOGNISED
+
+
+class AccessToken(Secret):
+    """A sandbox access token: use it as ``Client(api_key=token)`` for that sandbox alone."""
+
+    __slots__ = ()
+
+
+@attrs.frozen
+class Disk:
+    """A persistent disk registration (an S3 bucket); its credentials are never kept."""
+
+    id: str
+    name: str
+    kind: str | None = None
+    bucket: str | None = None
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool | None = None
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Disk:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        config = data.get("config")
+        config = config if isinstance(config, Mapping) else {}
+        return cls(
+            id=token(data.get("id"), _NAME) or "",
+            name=token(data.get("name"), _NAME) or "",
+            kind=token(data.get("kind"), _NAME),
+            bucket=token(config.get("bucket"), _PRINTABLE),
+            endpoint=token(config.get("endpoint"), _PRINTABLE),
+            region=token(config.get("region") or None, _PRINTABLE),
+            path_style=_bool(config, "use_path_style"),
+            created_at=_time(data, "created_at"),
+        )
+
+
+@attrs.frozen
+class DiskMount:
+    """A disk mounted in a sandbox: where, and whether the mount is ready."""
+
+    disk_id: str
+    mount_path: str
+    name: str | None = None
+    sub_path: str | None = None
+    status: str | None = None  # pending, mounted, error or unmounting
+    error: str | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> DiskMount:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        return cls(
+            disk_id=token(data.get("disk_id"), _NAME) or "",
+            mount_path=token(data.get("mount_path"), _PRINTABLE) or "",
+            name=token(data.get("name"), _NAME),
+            sub_path=token(data.get("sub_path") or None, _PRINTABLE),
+            status=token(data.get("mount_status"), _MOUNT_STATUS),
+            error=scrub(data.get("mount_error"), ()),
+        )
+
+
+@attrs.frozen
+class Network:
+    """A private network; ``members`` maps each member sandbox's id to its ip on it
+    (None for a moment after it joins)."""
+
+    id: str
+    name: str
+    members: Mapping[str, str | None] = attrs.field(factory=dict, hash=False)
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Network:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        members: dict[str, str | None] = {}
+        listed = data.get("members")
+        for member in listed if isinstance(listed, list) else []:
+            if isinstance(member, Mapping):
+                sandbox_id = token(member.get("sandbox_id"), _NAME)
+                if sandbox_id is not None:
+                    members[sandbox_id] = _ip(member.get("ip"))
+        return cls(
+            id=token(data.get("id"), _NAME) or "",
+            name=token(data.get("name"), _NAME) or "",
+            members=members,
+            created_at=_time(data, "created_at"),
+        )
+
+
+@attrs.frozen
+class AccessTokenInfo:
+    """A sandbox's access token as the service describes it: never its plaintext."""
+
+    enabled: bool
+    hint: str | None = None
+    created_at: datetime | None = None
+    rotated_at: datetime | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> AccessTokenInfo:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        return cls(
+            enabled=_bool(data, "enabled") is True,
+            hint=token(data.get("token_hint"), _PRINTABLE),
+            created_at=_time(data, "created_at"),
+            rotated_at=_time(data, "rotated_at"),
+        )
+
+
+@attrs.frozen
+class Bandwidth:
+    """A sandbox's traffic quota and what it used of it, in bytes."""
+
+    quota_bytes: int | None = None
+    used_bytes: int | None = None
+    ingress_bytes: int | None = None
+    remaining_bytes: int | None = None
+    capped: bool | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Bandwidth:
+        """Build one from ``data``, the API's JSON object (missing or extra fields are fine)."""
+        return cls(
+            quota_bytes=_int(data, "quota_bytes"),
+            used_bytes=_int(data, "used_bytes"),
+            ingress_bytes=_int(data, "ingress_bytes"),
+            remaining_bytes=_int(data, "remaining_bytes"),
+            capped=_bool(data, "capped"),
         )

@@ -6,8 +6,9 @@ Why each piece works the way it does:
   answer, reads, the PATCH answer) carries ``ingress_url_template``, and the
   lease keeps the last one it saw. The template is server text, so it is
   checked twice: its characters when the record is read (``models``), and
-  here the URL it makes (HTTPS, or HTTP to loopback only; a host; no user
-  information) before a user is handed it to open.
+  here the URL it makes (HTTPS, or HTTP to loopback only, ``*.localhost``
+  names included; a host; no user information) before a user is handed it
+  to open.
 - ``wait_for_port`` is one exec of a bash loop that probes ``/dev/tcp``
   inside the sandbox until the port accepts a connection, bounded by
   ``timeout`` (coreutils): one request however long it waits, where probing
@@ -83,11 +84,17 @@ def _check_url(url: str) -> None:
         parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
         raise ProtocolError("the ingress URL template does not make a valid URL") from None
-    secure = parts.scheme == "https" or (parts.scheme == "http" and is_loopback(host))
+    secure = parts.scheme == "https" or (parts.scheme == "http" and _loopback_name(host))
     if not host or not secure:
         raise ProtocolError("the ingress URL template does not make an https URL with a host")
     if parts.username is not None or parts.password is not None:
         raise ProtocolError("the ingress URL template holds user information")
+
+
+def _loopback_name(host: str) -> bool:
+    """A loopback host, or a name under ``localhost``: RFC 6761 keeps those on loopback,
+    and browsers resolve them so (the emulator's preview hosts)."""
+    return is_loopback(host) or host.lower().endswith(".localhost")
 
 
 def is_loopback(host: str) -> bool:

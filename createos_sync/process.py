@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +36,8 @@ class Process:
 
     Its output is followed from a thread as soon as it starts, so nothing is
     evicted from the journal while nobody reads: ``output()`` iterates over
-    it live, ``wait()`` returns the ``RunResult``. Unfinished processes are
+    it live, ``wait()`` returns the ``RunResult``, and ``poll()`` /
+    ``returncode`` answer as ``Popen``'s do. Unfinished processes are
     terminated when the lease closes. ``terminal`` says whether it runs on a
     terminal (``pty=``).
     """
@@ -109,6 +111,31 @@ class Process:
     def running(self) -> bool:
         """True until the process was seen to exit (or its following failed)."""
         return not self._done.is_set()
+
+    @property
+    def returncode(self) -> int | None:
+        """As ``Popen.returncode``: None while it runs, then its exit code, or ``-N`` when
+        signal N ended it (``-15``, SIGTERM, when closing the lease terminated it).
+
+        Unlike ``RunResult.returncode`` (None for a signal), a process that has
+        ended always has a number here, so that ``while p.poll() is None`` ends. It
+        stays None when following the process failed: ``wait()`` raises why.
+        """
+        if self.running or self._error is not None:
+            return None
+        try:
+            return _returncode(self.wait(0))
+        except Exception:  # output lost: the exit status is wait()'s to report
+            return None
+
+    def poll(self) -> int | None:
+        """As ``Popen.poll()``: ``returncode`` without waiting (no request).
+
+        Raises what ``wait()`` raises when following the process failed.
+        """
+        if self.running:
+            return None
+        return _returncode(self.wait(0))
 
     def wait(self, timeout: float | None = None) -> RunResult:
         """Wait for the exit and return the result.
@@ -232,6 +259,16 @@ class Process:
     def __repr__(self) -> str:
         state = "running" if self.running else "finished"
         return f"<Process {self.id} {state} args={describe_args(self.args)}>"
+
+
+def _returncode(result: RunResult) -> int:
+    """``Popen``'s convention: the exit code, or minus the number of the ending signal."""
+    if result.exit_code is not None:
+        return result.exit_code
+    try:
+        return -signal.Signals[result.signal or "SIGTERM"].value
+    except KeyError:  # a signal this platform does not name: ended by a signal all the same
+        return -signal.SIGTERM.value
 
 
 def start(

@@ -28,5 +28,8 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert test_command.endswith("python -m pytest -q -n 2")
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci  # the same line, verbatim
-    assert ci[-1] == test_command  # and nothing runs after it
+    # then the checks of the built wheel in fresh environments, once the suite passed
+    steps = [line for line in ci if line and not line.startswith("#")]
+    assert steps[-1] == "bash .ci/consumer.sh"
+    assert "((status == 0)) || exit \"$status\"" in steps[steps.index(test_command) :]
     assert "apt-get install" in "\n".join(ci) and "bubblewrap" in "\n".join(ci)

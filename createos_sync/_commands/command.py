@@ -99,6 +99,12 @@ class Command:
         """The text given to ``bash -lc``: env exports, then the user's command."""
         return self._exports() + self._body()
 
+    def secrets(self) -> tuple[str, ...]:
+        """Each env value and argv item (and ``cwd``) on its own: the wrapper sends them
+        inside one script, but a service may echo any of them alone in a message."""
+        items = (self.args,) if isinstance(self.args, str) else self.args
+        return (*self.env.values(), *items, *((self.cwd,) if self.cwd else ()))
+
     def _body(self) -> str:
         return self.args if isinstance(self.args, str) else _ARGV_EXEC + shlex.join(self.args)
 

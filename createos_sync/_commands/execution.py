@@ -79,8 +79,9 @@ def launch(
     with box.table.creating():
         try:
             record = _api.create_process(
-                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty
-            )
+                box.transport, box.sandbox_id, SHELL, args, deadline, pty=pty,
+                secrets=command.secrets(),
+            )  # fmt: skip
         except BaseException as exc:
             if isinstance(exc, CreateosApiError) and exc.status in REFUSED_FOR_A_DEAD_SANDBOX:
                 # The sandbox may be gone or failed: that, not "HTTP 404", is what the caller

@@ -19,7 +19,11 @@ from typing import Any, Literal, TypedDict, TypeVar
 import attrs
 
 from .._commands.command import validate_env
+from .._resources import checks as _checks
+from .._resources import disks as _disks
+from .._resources import networks as _networks
 from ..config import default_shape
+from ..models import Disk, Network
 
 OnExit = Literal["destroy", "keep", "pause"]
 ON_EXIT_CHOICES = ("destroy", "keep", "pause")
@@ -136,6 +140,29 @@ def _check_flag(value: object) -> bool:
     return value
 
 
+def _check_disks(value: object) -> tuple[tuple[str, _disks.DiskRef], ...]:
+    """Mount paths and the disks to mount there at creation: ``{"/mnt/data": disk}``."""
+    if value is None or value == ():
+        return ()
+    if isinstance(value, tuple):  # already checked (``attrs.evolve`` converts again)
+        value = dict(value)
+    if not isinstance(value, Mapping):
+        raise ValueError('disks must map mount paths to disks, e.g. {"/mnt/data": disk}')
+    return tuple((_checks.mount_path(p), _disks.check_ref(d)) for p, d in value.items())
+
+
+def _check_networks(value: object) -> tuple[_networks.NetworkRef, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise ValueError("networks must be a sequence of Network objects or network ids")
+    return tuple(_networks.check_ref(n) for n in value)
+
+
+def _check_ssh_keys(value: object) -> tuple[str, ...]:
+    return () if value is None or value == () else tuple(_checks.ssh_keys(value))
+
+
 def _check_ingress(value: object) -> bool | None:
     # None: not asked for (a fork keeps its source's setting; a new sandbox has none).
     if value is not None and not isinstance(value, bool):
@@ -163,6 +190,13 @@ class LeaseOptions:
     on_exit: OnExit | None = attrs.field(default=None, converter=_check_on_exit)
     timeout: float | None = attrs.field(default=None, converter=_check_timeout)
     journal: bool = attrs.field(default=True, converter=_check_flag)
+    disks: tuple[tuple[str, _disks.DiskRef], ...] = attrs.field(
+        default=None, converter=_check_disks
+    )
+    networks: tuple[_networks.NetworkRef, ...] = attrs.field(
+        default=None, converter=_check_networks
+    )
+    ssh_keys: tuple[str, ...] = attrs.field(default=None, converter=_check_ssh_keys)
 
     def __attrs_post_init__(self) -> None:
         if self.sandbox_id is not None and self.fork_from is not None:
@@ -180,6 +214,13 @@ class LeaseOptions:
             )
         if self.fork_from is not None and self.auto_pause_after is not None:
             raise ValueError("auto_pause_after cannot be chosen for a fork (set it once it runs)")
+        if (self.disks or self.networks) and not (self.creates and self.fork_from is None):
+            raise ValueError(
+                "disks and networks are attached to a new sandbox; for a fork or an attached "
+                "one, use attach_disk() and attach_network() once it runs"
+            )
+        if self.ssh_keys and self.sandbox_id is not None:
+            raise ValueError("ssh_keys apply to a new sandbox or a fork: use add_ssh_keys()")
         if self.start_paused and self.fork_from is None:
             raise ValueError("start_paused applies to a fork only (give fork_from)")
 
@@ -208,6 +249,7 @@ class LeaseOptions:
             "envs": dict(self.env) or None,
             "ingress_enabled": self.ingress or None,
             "auto_pause_after_seconds": self.auto_pause_after,
+            "ssh_pubkeys": list(self.ssh_keys) or None,
         }
         return {k: v for k, v in body.items() if v is not None}
 
@@ -222,6 +264,7 @@ class LeaseOptions:
             "egress": list(self.egress) if self.egress is not None else None,
             "envs": dict(self.env) or None,
             "ingress_enabled": self.ingress,
+            "ssh_pubkeys": list(self.ssh_keys) or None,
         }
         return {k: v for k, v in body.items() if v is not None}
 
@@ -244,6 +287,9 @@ class LeaseKeywords(TypedDict, total=False):
     on_exit: OnExit | None
     timeout: float | None
     journal: bool
+    disks: Mapping[str, Disk | str] | None
+    networks: Sequence[Network | str] | None
+    ssh_keys: Sequence[str] | None
 
 
 KEYWORDS_DOC = """\
@@ -278,6 +324,13 @@ Lease keywords (the same for ``cs.lease``, ``Client.lease`` and ``cs.map``):
         the journal cannot be written, ``open()`` raises ``ConfigError``
         before any request. ``False`` (or ``CREATEOS_SYNC_JOURNAL=off`` in
         the environment) opts out: the lease then keeps no record.
+    disks: persistent disks to mount at creation, ``{"/mnt/data": disk}``
+        (a ``Disk``, its id, or its name: looked up first, 1 request). The
+        lease detaches them (flushing them to their buckets) before it
+        destroys the sandbox.
+    networks: private networks (``Network`` objects or ids) the sandbox
+        joins at creation; it leaves them before the lease destroys it.
+    ssh_keys: OpenSSH public keys authorised on the new sandbox (or fork).
 """
 
 KEYWORDS = frozenset(LeaseKeywords.__annotations__)

@@ -12,6 +12,7 @@ import email.utils
 import json
 import math
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -19,7 +20,7 @@ import urllib3.exceptions
 
 from ..errors import CreateosApiError, ProtocolError
 from .retry import Repeat
-from .server_text import REQUEST_ID, scrub, token
+from .server_text import request_id, scrub
 
 if TYPE_CHECKING:
     from .cutoff import Cutoff
@@ -41,7 +42,7 @@ def raise_for_status(
     status = response.status_code
     if 200 <= status < 300:
         return
-    request_id = request_id_of(response)
+    request_id = request_id_of(response, (api_key, *request.sent()))
     if 300 <= status < 400:
         raise CreateosApiError(
             request.operation,
@@ -71,8 +72,10 @@ def read_body(response: requests.Response, request: Request, cutoff: Cutoff) -> 
     raise CreateosApiError(request.operation, None, detail=broke, outcome_unknown=True)
 
 
-def request_id_of(response: requests.Response) -> str | None:
-    return token(response.headers.get("X-Request-Id"), REQUEST_ID)
+def request_id_of(response: requests.Response, secrets: Iterable[str] = ()) -> str | None:
+    """The answer's ``X-Request-Id`` if it looks like one and holds none of ``secrets``
+    (the key, every value the request sent); else the placeholder."""
+    return request_id(response.headers.get("X-Request-Id"), secrets)
 
 
 def server_message(content: bytes, request: Request, api_key: str) -> str | None:
@@ -96,14 +99,21 @@ def server_message(content: bytes, request: Request, api_key: str) -> str | None
 
 
 def lost_answer(
-    exc: requests.RequestException, operation: str, repeat: Repeat, *, late: bool = False
+    exc: requests.RequestException,
+    operation: str,
+    repeat: Repeat,
+    *,
+    late: bool = False,
+    service: str | None = None,
 ) -> CreateosApiError:
     """Translate a transport failure; only a connection never made is known to be harmless.
 
-    ``late``: the request's cutoff fired (its deadline passed mid-answer).
+    ``late``: the request's cutoff fired (its deadline passed mid-answer). ``service``:
+    the base URL (validated: no user information, no query), named when unreachable.
     """
     if isinstance(exc, requests.ConnectTimeout) or never_connected(exc):
-        return CreateosApiError(operation, None, detail="could not connect to the service")
+        at = f" at {service}" if service else ""
+        return CreateosApiError(operation, None, detail=f"could not connect to the service{at}")
     what = LATE if late or isinstance(exc, requests.Timeout) else "the connection failed"
     if repeat is not Repeat.SAFE:
         what += "; the request may have taken effect"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -70,14 +70,18 @@ class Stream:
     """
 
     def __init__(
-        self, response: requests.Response, operation: str, cutoff: Cutoff | None = None
+        self,
+        response: requests.Response,
+        operation: str,
+        cutoff: Cutoff | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
         self._response = response
         self._cutoff = cutoff
         self._body: Iterator[bytes] | None = None
         self.operation = operation
         self.status = response.status_code
-        self.request_id = request_id_of(response)
+        self.request_id = request_id_of(response, secrets)
 
     @property
     def length(self) -> int | None:
@@ -215,10 +219,11 @@ class _Request:
     params: dict[str, str] | None
     json_body: Any
     body: Body
+    inner: tuple[str, ...] = ()  # values the body carries inside a longer string (a script)
 
     def sent(self) -> tuple[str, ...]:
         """The values this request carried (its raw body aside: see ``answers.server_message``)."""
-        return sent_values(self.json_body, self.params)
+        return (*sent_values(self.json_body, self.params), *self.inner)
 
 
 class Transport:
@@ -253,20 +258,23 @@ class Transport:
         json_body: Any = None,
         body: Body = None,
         allow: frozenset[int] = frozenset(),
+        secrets: Sequence[str] = (),
     ) -> Reply:
         """Send a request whose answer is a JSend JSON document.
 
         Statuses in ``allow`` are answers, not errors (404 on a delete, 408 on
-        a long poll); they come back as a Reply with ``data=None``.
+        a long poll); they come back as a Reply with ``data=None``. ``secrets``
+        are values the body carries inside longer strings (a script's env values
+        and argv items): no server text shown from the answer holds them either.
         """
-        request = _Request(method, path, operation, repeat, params, json_body, body)
+        request = _Request(method, path, operation, repeat, params, json_body, body, tuple(secrets))
 
         def attempt() -> Reply:
             with Cutoff(deadline) as cutoff:
                 response = self._send(request, deadline, cutoff)
                 with response:
                     content = read_body(response, request, cutoff)
-            request_id = request_id_of(response)
+            request_id = request_id_of(response, self._secrets(request))
             if response.status_code in allow:
                 return Reply(response.status_code, None, request_id)
             raise_for_status(response, content, request, self.config.api_key)
@@ -294,7 +302,7 @@ class Transport:
             try:
                 response = self._send(request, deadline, cutoff, read_timeout=idle_timeout)
                 if 200 <= response.status_code < 300:
-                    return Stream(response, operation, cutoff)
+                    return Stream(response, operation, cutoff, self._secrets(request))
                 with response:
                     content = read_body(response, request, cutoff)
             except BaseException:
@@ -359,7 +367,13 @@ class Transport:
                 )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
-            lost = lost_answer(exc, request.operation, request.repeat, late=cutoff.fired)
+            lost = lost_answer(
+                exc,
+                request.operation,
+                request.repeat,
+                late=cutoff.fired,
+                service=self.config.base_url,
+            )
         if lost is not None:
             # Raised outside the handler: the requests exception, whose message names the
             # URL with its query string, must not stay reachable as __context__.
@@ -372,6 +386,10 @@ class Transport:
             (time.monotonic() - started) * 1000,
         )
         return response
+
+    def _secrets(self, request: _Request) -> tuple[str, ...]:
+        """What no server text shown from ``request``'s answer may hold."""
+        return (self.config.api_key, *request.sent())
 
     def _headers(self, *, raw: bool) -> dict[str, str]:
         # The key is an ApiKey: in a traceback's locals this dict shows it masked.

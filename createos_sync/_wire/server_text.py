@@ -71,6 +71,15 @@ def token(value: object, pattern: re.Pattern[str]) -> str | None:
     return UNRECOGNISED
 
 
+def request_id(value: object, secrets: Iterable[str]) -> str | None:
+    """A request id checked like a ``token``, and replaced by the placeholder if it holds
+    one of ``secrets`` (a service could echo the key or a sent value there)."""
+    checked = token(value, REQUEST_ID)
+    if checked is None or checked == UNRECOGNISED:
+        return checked
+    return checked if scrub(checked, secrets) == checked else UNRECOGNISED
+
+
 def egress_rules(value: object) -> list[str] | None:
     """Egress rules from an answer, each checked like a ``token``; None if not a list."""
     if not isinstance(value, list):

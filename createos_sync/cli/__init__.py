@@ -4,8 +4,13 @@
 
     createos-sync run [--shape S] [--env K=V]... [--upload LOCAL:REMOTE]... [--tty] -- CMD [ARG...]
     createos-sync shell [--local] [--shape S] [--rootfs R] [SANDBOX_ID]
-    createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [...]
+    createos-sync shapes | ls [--json] | destroy ID... | reap [--dry-run] | emulator [--env]
     createos-sync template build NAME [-f DOCKERFILE] [--base B] | template ls | template rm ID...
+    createos-sync token create|rotate|disable SANDBOX_ID
+
+Every command takes ``--local``: the emulator that ``createos-sync emulator``
+serves in another terminal (``run`` and ``shell`` fall back to an in-process
+one). Piped stdin is ``run``'s command's stdin.
 
 Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
@@ -21,7 +26,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from . import _manage, _run, _shell, _template
+from . import _manage, _run, _shell, _template, _token
 from ._local import emulator_main
 from ._report import EXIT_USAGE, PROG, guarded, logging_to_stderr
 
@@ -52,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     _shell.add_parser(commands, common)
     _manage.add_parsers(commands, common)
     _template.add_parser(commands, common)
+    _token.add_parser(commands, common)
     commands.add_parser(
         "emulator",
         add_help=False,
@@ -68,10 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command_name == "emulator":
             return guarded(lambda: emulator_main(extra), debug=False)
         if extra:  # the subcommand's own parser would have said it: point to its help
+            command = " ".join(
+                n for n in (args.command_name, getattr(args, "template_action", None)) if n
+            )
             parser.exit(
                 EXIT_USAGE,
                 f"{PROG}: error: unrecognized arguments: {' '.join(extra)}\n"
-                f"see `{PROG} {args.command_name} --help`\n",
+                f"see `{PROG} {command} --help`\n",
             )
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

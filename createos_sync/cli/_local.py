@@ -1,11 +1,15 @@
-"""Where the CLI's sandboxes come from: the account, or an in-process emulator.
+"""Where the CLI's sandboxes come from: the account, or a local emulator.
 
-A missing API key is told in the CLI's words, and a missing emulator
+``--local`` means the standalone emulator that ``createos-sync emulator``
+serves (found through its record, see ``_standalone``); ``run`` and
+``shell`` fall back to an in-process one that ends with the command. A
+missing API key is told in the CLI's words, and a missing emulator
 dependency gets an install hint.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 from collections.abc import Iterator
@@ -14,10 +18,18 @@ from typing import NoReturn
 from ..client import Client
 from ..config import API_KEY_ENV
 from ._report import PROG, UsageError
+from ._standalone import find
 
 INSTALL_HINT = "the local emulator needs werkzeug: pip install 'createos-sync[emulator]'"
 NO_KEY_RUN = f"set {API_KEY_ENV}, or use --local to try the local emulator"
-NO_KEY = f"set {API_KEY_ENV} (`{PROG} run --local` tries the local emulator without one)"
+NO_KEY = (
+    f"set {API_KEY_ENV}, or add --local to use the emulator that `{PROG} emulator` serves "
+    "(in another terminal)"
+)
+NO_EMULATOR = (
+    f"no local emulator is serving: start one with `{PROG} emulator` in another terminal "
+    "(`run --local` and `shell --local` need none)"
+)
 
 
 def _explain_missing(exc: ModuleNotFoundError) -> NoReturn:
@@ -35,19 +47,53 @@ def emulator_main(argv: list[str]) -> int:
     return main(argv, prog=f"{PROG} emulator")
 
 
-def account(*, missing_key: str = NO_KEY) -> Client:
-    """A client of the account from the environment; a missing key is a usage error."""
+def account(*, local: bool = False, missing_key: str = NO_KEY) -> Client:
+    """A client of the account from the environment (a missing key is a usage error),
+    or with ``local`` of the standalone emulator (none serving is a usage error)."""
+    if local:
+        standalone = _standalone_client()
+        if standalone is None:
+            raise UsageError(NO_EMULATOR)
+        return standalone
     if not os.environ.get(API_KEY_ENV, "").strip():
-        raise UsageError(missing_key)
+        serving = find()
+        raise UsageError(missing_key + (f" (one serves at {serving.url})" if serving else ""))
     return Client()
+
+
+def add_local_flag(parser: argparse.ArgumentParser) -> None:
+    """``--local`` for a command that needs the standalone emulator (its state lives there)."""
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help=f"use the emulator that `{PROG} emulator` serves (in another terminal; no account)",
+    )
+
+
+def in_process(*, local: bool) -> bool:
+    """Whether ``client(local=local)`` makes an in-process emulator (none serves standalone)."""
+    return local and find() is None
+
+
+def _standalone_client() -> Client | None:
+    found = find()
+    if found is None:
+        return None
+    return Client(found.api_key, found.url, ca_bundle=found.ca_bundle)
 
 
 @contextlib.contextmanager
 def client(*, local: bool) -> Iterator[Client]:
-    """A client from the environment, or one of an in-process emulator that ends with the block."""
+    """A client from the environment; with ``local``, one of the standalone emulator if one
+    serves, else of an in-process emulator that ends with the block."""
     if not local:
         with account(missing_key=NO_KEY_RUN) as remote:
             yield remote
+        return
+    standalone = _standalone_client()
+    if standalone is not None:
+        with standalone:
+            yield standalone
         return
     try:
         from ..emulator import Emulator

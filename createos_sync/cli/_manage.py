@@ -1,22 +1,40 @@
-"""The account commands: ``shapes``, ``ls``, ``destroy`` and ``reap``."""
+"""The account commands: ``shapes``, ``ls``, ``destroy`` and ``reap``.
+
+Every string of the service's that a table shows is checked first (``shown``):
+an id, shape or name that does not look like one is replaced, so that a
+hostile listing cannot write escape sequences (OSC 52, clear screen), bidi
+overrides or C1 controls to the terminal. ``--json`` escapes everything
+outside printable ASCII.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
 import sys
+import types
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
 from .._sandboxes.journal import Entry, Journal
 from .._sandboxes.reap import reap
-from ..errors import CreateosError
-from ._local import account
+from .._wire.server_text import ID, STATUS, token
+from ..client import Client
+from ..config import API_KEY_ENV, BASE_URL_ENVS, DEFAULT_BASE_URL, normalize_base_url
+from ..errors import ConfigError, CreateosError
+from ..models import SandboxInfo
+from ._local import account, add_local_flag
 from ._report import EXIT_FAILURE, say
+
+# What a sandbox's or template's name may look like on the terminal.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/@+=-]{0,127}\Z")
 
 
 def add_parsers(
@@ -24,16 +42,19 @@ def add_parsers(
 ) -> None:
     shapes = commands.add_parser("shapes", parents=[common], help="list the machine shapes")
     shapes.add_argument("--json", action="store_true", help="one JSON array of objects")
+    add_local_flag(shapes)
     shapes.set_defaults(handler=list_shapes)
 
     ls = commands.add_parser("ls", parents=[common], help="list the sandboxes of the account")
     ls.add_argument("--json", action="store_true", help="one JSON array, an object per sandbox")
+    add_local_flag(ls)
     ls.set_defaults(handler=list_sandboxes)
 
     destroy = commands.add_parser(
         "destroy", parents=[common], help="destroy sandboxes (one already gone is fine: said so)"
     )
-    destroy.add_argument("ids", nargs="+", metavar="ID")
+    destroy.add_argument("ids", nargs="+", type=id_argument, metavar="ID")
+    add_local_flag(destroy)
     destroy.set_defaults(handler=destroy_sandboxes)
 
     reaper = commands.add_parser(
@@ -46,7 +67,12 @@ def add_parsers(
         "if a sandbox could not be destroyed or a journal entry could not be read (it is kept "
         "for a human).",
     )
-    reaper.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
+    reaper.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what would be done, do nothing (needs no API key: it reads the journal)",
+    )
+    add_local_flag(reaper)
     reaper.add_argument(
         "--all",
         action="store_true",
@@ -66,20 +92,21 @@ def add_parsers(
 
 
 def list_shapes(args: argparse.Namespace) -> int:
-    with account() as client:
+    with account(local=args.local) as client:
         shapes = client.shapes()
     if args.json:
         _print_json([attrs.asdict(s) for s in shapes])
         return 0
     rows = [
-        [s.id, _blank(s.vcpu), _blank(s.memory_mib), _blank(s.default_disk_mib)] for s in shapes
+        [shown(s.id), _blank(s.vcpu), _blank(s.memory_mib), _blank(s.default_disk_mib)]
+        for s in shapes
     ]
     _print_table(["ID", "VCPU", "MEMORY_MIB", "DISK_MIB"], rows)
     return 0
 
 
 def list_sandboxes(args: argparse.Namespace) -> int:
-    with account() as client:
+    with account(local=args.local) as client:
         sandboxes = client.sandboxes()
         base_url = client.config.base_url
     if args.json:
@@ -99,10 +126,10 @@ def list_sandboxes(args: argparse.Namespace) -> int:
     }
     rows = [
         [
-            s.id,
-            s.status,
-            _blank(s.shape),
-            _blank(s.name),
+            shown(s.id),
+            shown(s.status, STATUS),
+            shown(s.shape),
+            shown(s.name, NAME),
             s.created_at.isoformat(timespec="seconds") if s.created_at else "",
             "orphaned: see `createos-sync reap`" if s.id in orphans else "",
         ]
@@ -115,7 +142,7 @@ def list_sandboxes(args: argparse.Namespace) -> int:
 def destroy_sandboxes(args: argparse.Namespace) -> int:
     status = 0
     journal = Journal()
-    with account() as client:
+    with account(local=args.local) as client:
         for sandbox_id in args.ids:
             try:
                 existed = client.destroy(sandbox_id)
@@ -137,13 +164,32 @@ def reap_orphans(args: argparse.Namespace) -> int:
     owners = set(args.owner)
     everything = args.all or bool(owners)
     confirm = None if args.dry_run else _confirmation(owners, ask=args.all)
-    with account() as client:
+    with _reaper(args) as client:
         outcomes = reap(client, dry_run=args.dry_run, all=everything, confirm=confirm)
     for outcome in outcomes:
         print(outcome.describe(), flush=True)
     if not outcomes:
         print("the lease journal is empty: nothing to reap", flush=True)
     return EXIT_FAILURE if any(o.needs_attention for o in outcomes) else 0
+
+
+def _reaper(args: argparse.Namespace) -> contextlib.AbstractContextManager[Client]:
+    """The client ``reap`` works with; a dry run without a key reads the journal only."""
+    if args.dry_run and not args.local and not os.environ.get(API_KEY_ENV, "").strip():
+        return contextlib.nullcontext(cast(Client, _JournalOnly()))
+    return account(local=args.local)
+
+
+class _JournalOnly:
+    """What a dry run of ``reap`` needs without a key: the base URL its entries are
+    matched with. Finding an entry's sandbox by name would need a request: it fails."""
+
+    def __init__(self) -> None:
+        url = next((os.environ[n] for n in BASE_URL_ENVS if os.environ.get(n)), DEFAULT_BASE_URL)
+        self.config = types.SimpleNamespace(base_url=normalize_base_url(url))
+
+    def sandboxes(self) -> list[SandboxInfo]:
+        raise ConfigError(f"finding it by name needs {API_KEY_ENV}")
 
 
 def _confirmation(owners: set[int], *, ask: bool) -> Callable[[Entry], bool]:
@@ -176,6 +222,19 @@ def _ask(pid: int) -> bool:
     )
     sys.stderr.flush()
     return sys.stdin.readline().strip() == str(pid)
+
+
+def id_argument(text: str) -> str:
+    """An id typed on the command line: refused before any request unless it looks like one."""
+    if not ID.match(text):
+        raise argparse.ArgumentTypeError(f"not an id: {text!r}")
+    return text
+
+
+def shown(value: object, pattern: re.Pattern[str] = ID) -> str:
+    """A server's string fit for the terminal: as given if it matches ``pattern``, "" if
+    absent, else a placeholder."""
+    return token(value, pattern) or ""
 
 
 def _blank(value: object) -> str:

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 
-from ..errors import ConfigError, CreateosApiError, CreateosError
+from ..errors import ConfigError, CreateosError
 from ._signals import exit_status
 
 PROG = "createos-sync"
@@ -52,6 +52,11 @@ def _report(prefix: str, exc: BaseException, *, debug: bool) -> None:
     say(f"{prefix}{_explain(exc)}")
 
 
+def say_failure(what: str, exc: BaseException, *, debug: bool) -> None:
+    """``what`` failed (``exc`` says why), the run goes on; the traceback with ``--debug``."""
+    _report(f"{what} failed: ", exc, debug=debug)
+
+
 def guarded(action: Callable[[], int], *, debug: bool) -> int:
     """Run ``action`` and turn the failures a user can meet into a message and a status."""
     try:
@@ -64,11 +69,7 @@ def guarded(action: Callable[[], int], *, debug: bool) -> int:
     except ConfigError as exc:
         _report("configuration error: ", exc, debug=debug)
         return EXIT_USAGE
-    except CreateosApiError as exc:
-        rejected = exc.status == 401  # the likeliest cause by far: say it in plain words
-        _report("error: the API key was rejected: " if rejected else "error: ", exc, debug=debug)
-        return EXIT_FAILURE
-    except CreateosError as exc:
+    except CreateosError as exc:  # a 401's message says "the API key was rejected" itself
         _report("error: ", exc, debug=debug)
         return EXIT_FAILURE
     except BrokenPipeError:

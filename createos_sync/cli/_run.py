@@ -5,6 +5,10 @@ The exit status is the command's own; 124 when it timed out (as with
 this CLI received signal N (130 for Ctrl-C) after cleaning up like
 ``Lease.close()``. Without ``--timeout`` the command has no time limit.
 
+Piped or redirected stdin (anything but a terminal) is CMD's stdin: it is
+staged in the sandbox before CMD starts, streamed in constant memory (1
+more request), as ``run(stdin=...)`` does; an empty one costs nothing.
+
 Uploads happen before the command, downloads after it whatever its exit
 status; a local directory is uploaded as a tree, and a remote directory is
 downloaded as one (one exec request asks the sandbox which download paths
@@ -20,12 +24,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import sys
+from typing import BinaryIO
 
 from .. import files
 from .._commands.command import Command, validate_env
 from .._commands.terminal import EOF_KEY
+from .._resources import checks
+from .._resources import disks as _disks
 from .._sandboxes.options import DEFAULT_TTL, MIN_TTL
 from .._wire import api as _api
 from .._wire.deadline import Deadline
@@ -38,7 +46,7 @@ from ..process import Process
 from ..result import RunResult
 from . import _local
 from ._keystrokes import Typist
-from ._report import EXIT_FAILURE, UsageError, say
+from ._report import EXIT_FAILURE, PROG, UsageError, say, say_failure
 from ._signals import signals_interrupt
 from ._tty import forwarding_resizes, local_term, window_size
 
@@ -46,6 +54,7 @@ EXIT_TIMEOUT = 124
 # Without --timeout a command runs until it ends (or Ctrl-C), not for the SDK's
 # default of one operation timeout: the run API needs a finite number.
 NO_TIMEOUT = 7 * 24 * 3600.0
+STDIN_PATIENCE = 2.0  # seconds of silence on piped stdin before saying what is awaited
 ENDING = 5.0  # seconds for a command's end to be seen once its terminal refused a key
 
 DESCRIPTION = """\
@@ -54,6 +63,11 @@ The sandbox is destroyed afterwards, also on Ctrl-C, SIGTERM and SIGHUP, unless
 --keep is given. A single CMD argument runs as a bash script ('echo a && echo b');
 several run as argv, each item quoted. Uploads and downloads show progress bars
 when stderr is a terminal.
+
+Piped or redirected stdin ('echo hi | createos-sync run -- cat') is read to its
+end and given to CMD, streamed, before CMD starts ('< /dev/null' gives none);
+stdin from a terminal is not forwarded (CMD reads an empty one: type into
+`createos-sync shell` instead).
 """
 
 EPILOG = """\
@@ -117,6 +131,22 @@ def add_parser(
         help="copy a sandbox file or directory here after CMD, even if it failed; repeatable",
     )
     parser.add_argument(
+        "--disk",
+        action="append",
+        default=[],
+        type=_disk_spec,
+        metavar="NAME:/MOUNT/PATH",
+        help="mount a persistent disk (its name or id) at an absolute path; detached (flushed) "
+        "before the sandbox goes; repeatable",
+    )
+    parser.add_argument(
+        "--network",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="join a private network of the account (its name or id); repeatable",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="leave the sandbox running and print its id"
     )
     parser.add_argument(
@@ -137,7 +167,8 @@ def add_parser(
     parser.add_argument(
         "--local",
         action="store_true",
-        help="run on an in-process emulator (no account needed; its sandboxes end with it)",
+        help="run on the emulator that `createos-sync emulator` serves, else on an in-process "
+        "one (no account needed; an in-process emulator's sandboxes end with it)",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
     parser.set_defaults(handler=run)
@@ -156,11 +187,14 @@ def run(args: argparse.Namespace) -> int:
             "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
             hint=HELP_HINT,
         )
-    if args.local and args.keep:
+    if args.local and (args.disk or args.network):
         raise UsageError(
-            "--keep cannot be used with --local: the emulator ends with this command",
+            "--disk and --network name resources of the account: not with --local",
             hint=HELP_HINT,
         )
+    if args.local and args.keep:
+        _keep_needs_a_standalone_emulator()
+    stdin = _piped_stdin(tty=args.tty)
     with signals_interrupt(), _local.client(local=args.local) as client:
         # The in-process emulator's sandboxes die with it: nothing for `reap` to find later.
         lease = client.lease(
@@ -168,28 +202,60 @@ def run(args: argparse.Namespace) -> int:
             rootfs=args.rootfs,
             fork_from=args.fork_from,
             on_exit="keep" if args.keep else None,
-            journal=not args.local,
+            journal=not _local.in_process(local=args.local),
             ttl=args.ttl,
+            disks=dict(args.disk) or None,
+            networks=_networks_named(client, args.network) or None,
         )
         open_lease(lease, client, args)
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
-                say(f"keeping sandbox {box.id} (destroy it with: createos-sync destroy {box.id})")
+                again = f"createos-sync destroy{' --local' if args.local else ''} {box.id}"
+                say(f"keeping sandbox {box.id} (destroy it with: {again})")
             for local, remote in args.upload:
                 _upload(box, local, remote)
             timeout = args.timeout or NO_TIMEOUT
             if args.tty:
                 status = _on_terminal(box, command, cwd=args.cwd, env=env, timeout=timeout)
             else:
-                result = box.run(command, cwd=args.cwd, env=env, timeout=timeout, echo=True)
+                result = box.run(
+                    command, cwd=args.cwd, env=env, stdin=stdin, timeout=timeout, echo=True
+                )
                 status = _status(result)
-            if not _download_all(box, args.download) and status == 0:
+            if not _download_all(box, args.download, debug=args.debug) and status == 0:
                 status = EXIT_FAILURE
     return status
 
 
+def _disk_spec(value: str) -> tuple[str, str]:
+    """``NAME:/mount/path`` -> (mount path, disk name or id), both checked."""
+    disk, sep, path = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError("expected NAME:/MOUNT/PATH")
+        return checks.mount_path(path), str(_disks.check_ref(disk))
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"--disk {value!r}: {exc}") from None
+
+
+def _networks_named(client: Client, names: list[str]) -> list[str]:
+    """The ids of the networks named (by name or id): 1 listing per 500 networks, if any."""
+    if not names:
+        return []
+    known = client.networks()
+    ids = []
+    for name in names:
+        found = [n.id for n in known if name in (n.id, n.name)]
+        if len(found) != 1:
+            why = "no network is" if not found else "several networks are"
+            raise UsageError(f"{why} named {name!r}: give its id", hint=HELP_HINT)
+        ids.append(found[0])
+    return ids
+
+
 def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
-    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error.
+    """Open the lease; a creation refused for an unknown shape or rootfs is a usage error,
+    followed by a pointer to the command's ``--help``.
 
     ``args`` has ``shape`` and ``rootfs`` (``run`` and ``shell`` share this).
     """
@@ -199,7 +265,7 @@ def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
         if exc.status == 400 and exc.operation == Operation.SANDBOX_CREATION:
             unknown = _unknown_name(client, args)
             if unknown is not None:
-                raise UsageError(unknown) from None
+                raise UsageError(unknown, hint=f"see `{PROG} {args.command_name} --help`") from None
         raise
 
 
@@ -287,6 +353,43 @@ def _type_end_of_input(process: Process) -> None:
             raise
 
 
+def _keep_needs_a_standalone_emulator() -> None:
+    """``--keep --local``: fine on the emulator that ``createos-sync emulator`` serves, not on
+    an in-process one, which ends with this command."""
+    if _local.in_process(local=True):
+        raise UsageError(
+            "--keep cannot be used with --local unless `createos-sync emulator` serves in "
+            "another terminal: an in-process emulator ends with this command",
+            hint=HELP_HINT,
+        )
+
+
+def _piped_stdin(*, tty: bool) -> BinaryIO | None:
+    """This process's stdin when it is piped or redirected and not empty, else None.
+
+    Peeking waits for the first byte (or the end) before any sandbox exists.
+    """
+    source = sys.stdin.buffer if sys.stdin is not None else None
+    if source is None or source.isatty() or not _peek(source):
+        return None
+    if tty:
+        raise UsageError(
+            "--tty types into CMD's terminal: it cannot also read piped stdin", hint=HELP_HINT
+        )
+    return source
+
+
+def _peek(source: BinaryIO) -> bytes:
+    """The first byte of ``source`` left in its buffer ("" at its end); a wait says why."""
+    peek = getattr(source, "peek", None)
+    if not callable(peek):
+        return b"?"  # cannot tell without reading: forward it
+    with contextlib.suppress(OSError, ValueError):
+        if not select.select([source], [], [], STDIN_PATIENCE)[0]:
+            say("waiting for piped stdin to end before CMD starts ('< /dev/null' gives none)")
+    return bytes(peek(1))
+
+
 def _timed_out(limit: float | None) -> int:
     after = f" after {limit:g} s" if limit else ""
     say(f"timed out{after}: the command's processes were terminated")
@@ -305,20 +408,21 @@ def _status(result: RunResult) -> int:
     return result.exit_code if result.exit_code is not None else EXIT_FAILURE
 
 
-def _download_all(box: Lease, downloads: list[tuple[str, str]]) -> bool:
-    """Try every download, report each failure; True if all succeeded."""
+def _download_all(box: Lease, downloads: list[tuple[str, str]], *, debug: bool) -> bool:
+    """Try every download, report each failure (with ``--debug``, its traceback); True if
+    all succeeded."""
     try:
         unsure = [remote for remote, _ in downloads if not remote.endswith("/")]
         directories = box._remote_directories(unsure)
     except CreateosError as exc:
-        say(f"finding out which download paths are directories failed: {exc}")
+        say_failure("finding out which download paths are directories", exc, debug=debug)
         return False
     succeeded = True
     for remote, local in downloads:
         try:
             _download(box, remote, local, directory=remote in directories or remote.endswith("/"))
         except (CreateosError, OSError) as exc:
-            say(f"downloading {remote} to {local} failed: {exc}")
+            say_failure(f"downloading {remote} to {local}", exc, debug=debug)
             succeeded = False
     return succeeded
 
@@ -401,4 +505,19 @@ def _download_spec(text: str) -> tuple[str, str]:
     remote, sep, local = text.rpartition(":")
     if not sep or not local or not remote:
         raise argparse.ArgumentTypeError(f"expected REMOTE:LOCAL: {text!r}")
+    _check_destination(local, directory=remote.endswith("/"))
     return _remote(remote), local
+
+
+def _check_destination(local: str, *, directory: bool) -> None:
+    """What can be known of a download's destination before a sandbox is created for it:
+    its directory exists, and it is not a directory with something in it already."""
+    parent = os.path.dirname(os.path.abspath(local))
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{local!r}: no such directory {parent!r}")
+    if os.path.isdir(local) and os.listdir(local):
+        raise argparse.ArgumentTypeError(
+            f"{local!r} is a directory that is not empty: download into a new path"
+        )
+    if directory and os.path.lexists(local) and not os.path.isdir(local):
+        raise argparse.ArgumentTypeError(f"{local!r} exists and is not a directory")

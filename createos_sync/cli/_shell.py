@@ -70,7 +70,8 @@ def add_parser(
     parser.add_argument(
         "--local",
         action="store_true",
-        help="use an in-process emulator (no account needed; its sandboxes end with it)",
+        help="use the emulator that `createos-sync emulator` serves, else an in-process one "
+        "(no account needed; an in-process emulator's sandboxes end with it)",
     )
     parser.add_argument(
         "sandbox_id", nargs="?", metavar="SANDBOX_ID", help="an existing sandbox (kept)"
@@ -89,14 +90,15 @@ def shell(args: argparse.Namespace) -> int:
         raise UsageError(
             "--shape and --rootfs choose a new sandbox: not with SANDBOX_ID", hint=HELP_HINT
         )
-    if args.sandbox_id and args.local:
+    in_process = _local.in_process(local=args.local)
+    if args.sandbox_id and in_process:
         raise UsageError(
             "SANDBOX_ID cannot be used with --local: the emulator starts empty", hint=HELP_HINT
         )
     with signals_interrupt(), _local.client(local=args.local) as client:
         # The in-process emulator's sandboxes die with it: nothing for `reap` to find later.
         lease = client.lease(
-            args.shape, rootfs=args.rootfs, sandbox_id=args.sandbox_id, journal=not args.local
+            args.shape, rootfs=args.rootfs, sandbox_id=args.sandbox_id, journal=not in_process
         )
         open_lease(lease, client, args)
         with lease as box:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import attrs
 
+from .._wire.server_text import TEMPLATE_STATUS
 from ..errors import CreateosError
-from ._local import account
-from ._manage import _jsonable, _print_json, _print_table
+from ._local import account, add_local_flag
+from ._manage import NAME, _jsonable, _print_json, _print_table, id_argument, shown
 from ._report import EXIT_FAILURE, UsageError, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
@@ -45,32 +46,39 @@ def add_parser(
         help="the Dockerfile to build ('-' reads stdin; default: ./Dockerfile)",
     )
     build.add_argument("--base", help="the root file system to build on if there is no FROM")
+    add_local_flag(build)
     build.set_defaults(handler=build_template)
 
     ls = actions.add_parser("ls", parents=[common], help="list the templates of the account")
     ls.add_argument("--json", action="store_true", help="one JSON array, an object per template")
+    add_local_flag(ls)
     ls.set_defaults(handler=list_templates)
 
     rm = actions.add_parser(
-        "rm", parents=[common], help="delete templates (sandboxes made from them are not affected)"
+        "rm",
+        parents=[common],
+        help="delete templates (one already gone is fine: said so; sandboxes made from them "
+        "are not affected)",
     )
-    rm.add_argument("ids", nargs="+", metavar="ID")
+    rm.add_argument("ids", nargs="+", type=id_argument, metavar="ID")
+    add_local_flag(rm)
     rm.set_defaults(handler=delete_templates)
 
 
 def build_template(args: argparse.Namespace) -> int:
     dockerfile = _read_dockerfile(args.file)
-    with account() as client:
+    with account(local=args.local) as client:
         try:
             template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc), hint=BUILD_HINT) from None
-    say(f"template {template.id} ({template.name}) is ready: use it with --rootfs {template.id}")
+    tid = shown(template.id)
+    say(f"template {tid} ({shown(template.name, NAME)}) is ready: use it with --rootfs {tid}")
     return 0
 
 
 def list_templates(args: argparse.Namespace) -> int:
-    with account() as client:
+    with account(local=args.local) as client:
         templates = client.templates()
     if args.json:
         _print_json([attrs.asdict(t, value_serializer=_jsonable) for t in templates])
@@ -79,7 +87,14 @@ def list_templates(args: argparse.Namespace) -> int:
         print("no templates", flush=True)
         return 0
     rows = [
-        [t.id, t.status, t.name, t.base or "", _when(t.created_at), _when(t.built_at)]
+        [
+            shown(t.id),
+            shown(t.status, TEMPLATE_STATUS),
+            shown(t.name, NAME),
+            shown(t.base),
+            _when(t.created_at),
+            _when(t.built_at),
+        ]
         for t in templates
     ]
     _print_table(["ID", "STATUS", "NAME", "BASE", "CREATED", "BUILT"], rows)
@@ -88,15 +103,18 @@ def list_templates(args: argparse.Namespace) -> int:
 
 def delete_templates(args: argparse.Namespace) -> int:
     status = 0
-    with account() as client:
+    with account(local=args.local) as client:
         for template_id in args.ids:
             try:
-                client.delete_template(template_id)
+                existed = client.delete_template(template_id)
             except CreateosError as exc:
                 say(f"deleting {template_id} failed: {exc}")
                 status = EXIT_FAILURE
                 continue
-            print(f"deleted {template_id}", flush=True)
+            if existed:
+                print(f"deleted {template_id}", flush=True)
+            else:
+                print(f"no such template {template_id} (already gone)", flush=True)
     return status
 
 

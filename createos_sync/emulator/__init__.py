@@ -29,8 +29,11 @@ Isolation modes (``Emulator.isolation`` says which one is in use):
 
 In both modes a one-shot exec's whole tree ends with its command (what it
 left in the background included), and the files API maps ``/workspace``,
-``/tmp`` and ``/home/user`` into the sandbox's storage and refuses every
-other path.
+``/tmp`` and ``/home/user`` into the sandbox's storage; the rest of the tree
+is served where the sandbox has a writable layer (bubblewrap and overlayfs),
+else refused. Run as root, bubblewrap drops every capability of the
+sandboxed root (``isolation``), and the files API opens paths beneath the
+sandbox's tree without following a symlink out of it (``beneath``).
 
 Network (``Emulator.network`` says which): ``private`` where bubblewrap
 works, namespaces can be made (root) and ``slirp4netns`` is installed: each
@@ -44,12 +47,15 @@ acts on its own sandbox only (``_agent``, ``_netns``). Every launch
 (processes, terminals, template build steps, whose network has no agent)
 starts inside the network. Egress rules are
 stored and returned (``GET``/``PUT .../egress``) but NOT enforced.
-Preview URLs (``ingress_url_template``,
-``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/``) go through a
-reverse proxy in the emulator that refuses a sandbox with ingress off and
-forwards only to a listener owned by a process of that sandbox (``_ingress``,
-``_listeners``). ``PATCH /v1/sandboxes/{id}`` switches ingress and changes
-auto-pause; a sandbox idle for its auto-pause limit is paused.
+Preview URLs (``ingress_url_template``: an origin per sandbox port,
+``http://<port>-<sandbox id>.sb.localhost:PORT/``, or the path form
+``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/`` where names under
+``localhost`` do not resolve; ``previews``) go through a reverse proxy in
+the emulator that refuses a sandbox with ingress off and forwards only to a
+port whose every listener a process of that sandbox holds (``ingress``,
+``listeners``); ``preview_session()`` opens them as a browser would.
+``PATCH /v1/sandboxes/{id}`` switches ingress and changes auto-pause; a
+sandbox idle for its auto-pause limit is paused.
 
 Output journal: while no stream is attached, the oldest frames are evicted
 beyond ``journal_bytes`` (a later ``connect`` gets 410). While a stream is
@@ -59,8 +65,9 @@ client loses nothing.
 """
 
 from ._service.faults import OPERATIONS, Fault
+from ._service.previews import session as preview_session
 from ._service.requestlog import RequestRecord
 from ._service.server import Emulator
 from ._state.sandboxes import LiveProcess
 
-__all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord"]
+__all__ = ["OPERATIONS", "Emulator", "Fault", "LiveProcess", "RequestRecord", "preview_session"]

@@ -2,9 +2,9 @@
 
 No thread of ours draws it: ``cs.map``'s coordinating loop calls ``show``
 when an item finishes and at least every ``refresh`` seconds, so elapsed time
-and rate stay current while items run. The bar is ``tqdm.auto``'s: a text
-bar on a terminal, a widget in Jupyter (the ecosystem's standard there),
-which are told apart as for file transfers (``_progress.interactive``).
+and rate stay current while items run. The bar is tqdm's: text on a
+terminal, a widget in Jupyter (the ecosystem's standard there) when ipywidgets
+is installed, chosen as for file transfers (``tqdm_class``).
 Written to a file or a CI log, a self-overwriting bar would be noise, so
 ``progress=True`` there prints a plain line every ``PLAIN_EVERY`` seconds and
 one at the end.
@@ -83,4 +83,5 @@ class Progress:
 
 
 def _tqdm_bar(total: int | None, stream: TextIO) -> Any:
-    return tqdm_class()(total=total, desc=LABEL, unit="item", file=stream, dynamic_ncols=True)
+    bar = tqdm_class(stream)
+    return bar(total=total, desc=LABEL, unit="item", file=stream, dynamic_ncols=True)

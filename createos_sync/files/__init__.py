@@ -10,7 +10,9 @@ when complete, so no failure, Ctrl-C included, leaves a half-written file.
 Directories travel as one tar archive through a scratch file in the
 sandbox's ``/tmp``, packed and extracted by ``tar`` there and by
 ``createos_sync.files._archive`` here (see that module for what is refused).
-Scratch files are removed afterwards, on failure too.
+Scratch files are removed afterwards, on failure too. A remote path that
+does not exist raises ``RemoteFileNotFoundError`` (also a ``FileNotFoundError``)
+naming it, for reads, downloads and directory downloads alike.
 
 Request budget: ``write`` / ``upload`` 1 PUT, ``read`` / ``download`` 1 GET;
 ``upload_dir`` 4 (PUT, then a 3-request run that extracts and removes the
@@ -34,9 +36,16 @@ from typing import IO, Any, BinaryIO
 from .._sandboxes.box import Box
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from .._wire.http import Body
+from .._wire.http import Body, Stream
 from .._wire.retry import ReconnectBudget, Repeat
-from ..errors import CommandFailed, CreateosApiError, CreateosError, ProtocolError, add_note
+from ..errors import (
+    CommandFailed,
+    CreateosApiError,
+    CreateosError,
+    ProtocolError,
+    RemoteFileNotFoundError,
+    add_note,
+)
 from ..result import RunResult
 from . import _archive, _progress
 
@@ -55,6 +64,9 @@ EXTRACT_SCRIPT = (
     'mkdir -p -- "$2" && tar -x -f "$1" -C "$2" --no-same-owner; '
     'status=$?; rm -f -- "$1"; exit "$status"'
 )
+# Archive the directory $2 into $1; a path that does not exist exits MISSING, not tar's 2.
+ARCHIVE_SCRIPT = '[ -e "$2" ] || exit 44; exec tar -c -f "$1" -C "$2" .'
+MISSING = 44
 
 
 def check_remote_path(path: str) -> str:
@@ -242,7 +254,7 @@ def fetch(box: Box, path: str, sink: IO[bytes], deadline: Deadline, meter: Meter
         streaming = False
         sink.seek(0)
         sink.truncate()
-        with _api.read_file(box.transport, box.sandbox_id, path, deadline) as stream:
+        with _opened(box, path, deadline) as stream:
             streaming = True
             meter.start(stream.length)
             for chunk in stream.chunks():
@@ -255,6 +267,16 @@ def fetch(box: Box, path: str, sink: IO[bytes], deadline: Deadline, meter: Meter
 
     budget = ReconnectBudget(limit=box.transport.config.max_retries)
     budget.call(attempt, broke_midway, deadline=deadline, sleep=box.sleep)
+
+
+def _opened(box: Box, path: str, deadline: Deadline) -> Stream:
+    """The GET of ``path``; its 404 (no such file) as ``RemoteFileNotFoundError``."""
+    try:
+        return _api.read_file(box.transport, box.sandbox_id, path, deadline)
+    except CreateosApiError as exc:
+        if exc.status == 404:
+            raise RemoteFileNotFoundError(path, exc.operation, exc.request_id) from None
+        raise
 
 
 def read(box: Box, path: str, deadline: Deadline) -> bytes:
@@ -381,18 +403,23 @@ def download_dir(
     target = _archive.check_target(local_dir)
     with _part_file(target, ".tar.part") as (_, archive):
         with _scratch(box, "download", remove_after=True) as scratch:
-            _run_checked(run, ["tar", "-c", "-f", scratch, "-C", path, "."], f"archiving {path}")
+            argv = ["/bin/sh", "-c", ARCHIVE_SCRIPT, "sh", scratch, path]
+            _run_checked(run, argv, f"archiving {path}", missing=path)
             fetch(box, scratch, archive, deadline, meter or Meter(None))
         archive.seek(0)
         _archive.unpack(archive, target)
 
 
-def _run_checked(run: Run, argv: list[str], what: str) -> None:
+def _run_checked(run: Run, argv: list[str], what: str, *, missing: str | None = None) -> None:
+    """Run ``argv``; a failure raises ``CommandFailed`` (``RemoteFileNotFoundError`` naming
+    ``missing`` when the command exits ``MISSING``)."""
     result = run(argv)
     if result.timed_out:
         result.check()  # raises CommandTimeout
     if result.ok:
         return
+    if missing is not None and result.exit_code == MISSING:
+        raise RemoteFileNotFoundError(missing)
     lines = result.stderr.strip().splitlines()
     detail = f": {lines[-1]}" if lines else ""
     raise CommandFailed(

@@ -1,10 +1,10 @@
 """Ready-made progress displays for ``progress=True`` on file transfers.
 
 On a terminal and in a Jupyter notebook a transfer gets a ``tqdm`` bar
-(``tqdm.auto``: a widget in a notebook when ipywidgets is installed, text
-otherwise). tqdm is the ecosystem's standard there: it knows terminals,
-notebooks and their redraw rules, so a bar looks like every other bar the
-user sees. Anywhere else (a log file, a pipe, CI) a bar would be a mess of
+(a widget in a notebook when ipywidgets is installed, text otherwise, without
+tqdm's warning that the widget is missing). tqdm is the ecosystem's standard
+there: it knows terminals, notebooks and their redraw rules, so a bar looks
+like every other bar the user sees. Anywhere else (a log file, a pipe, CI) a bar would be a mess of
 carriage returns, so a plain line is written at each quarter and at the end.
 
 Both are ``progress(done_bytes, total_bytes)`` callables with a ``close()``;
@@ -65,7 +65,7 @@ class Bar:
 
     def __call__(self, done: int, total: int | None) -> None:
         if self._bar is None:
-            self._bar = tqdm_class()(
+            self._bar = tqdm_class(self._stream)(
                 total=total,
                 desc=self._label,
                 unit="B",
@@ -84,11 +84,27 @@ class Bar:
             self._bar.close()
 
 
-def tqdm_class() -> Callable[..., Any]:
-    """``tqdm.auto.tqdm``, imported when a bar is drawn: most runs never need it."""
-    from tqdm.auto import tqdm
+def tqdm_class(stream: TextIO) -> Callable[..., Any]:
+    """The tqdm bar for ``stream``, imported when a bar is drawn: most runs never need it.
+
+    In a notebook, tqdm's widget needs ipywidgets; without it ``tqdm.auto``
+    warns (``TqdmWarning: IProgress not found``) and draws text, so text is
+    chosen here first, quietly.
+    """
+    if _in_notebook(stream) and _widgets():
+        from tqdm.notebook import tqdm as widget
+
+        return widget
+    from tqdm.std import tqdm
 
     return tqdm
+
+
+def _widgets() -> bool:
+    """Whether tqdm can draw its notebook widget (``tqdm.notebook`` imported ipywidgets)."""
+    from tqdm import notebook
+
+    return getattr(notebook, "IProgress", None) is not None
 
 
 class Lines:

@@ -9,15 +9,31 @@ mixin that validates arguments and hands over to its engine module
 from __future__ import annotations
 
 from .._sandboxes.options import LeaseOptions, OnExit
+from ._access import AccessMethods
+from ._capacity import CapacityMethods
 from ._commands import DEFAULT_MAX_OUTPUT
+from ._computer import ComputerMethods
+from ._disks import DiskMethods
 from ._display import DisplayMethods
 from ._features import FeatureMethods
 from ._files import FileMethods
 from ._fork import ForkMethods
 from ._network import NetworkMethods
+from ._overlays import OverlayMethods
 
 
-class Lease(FileMethods, FeatureMethods, NetworkMethods, ForkMethods, DisplayMethods):
+class Lease(
+    FileMethods,
+    FeatureMethods,
+    NetworkMethods,
+    ForkMethods,
+    DiskMethods,
+    OverlayMethods,
+    AccessMethods,
+    CapacityMethods,
+    ComputerMethods,
+    DisplayMethods,
+):
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 
 

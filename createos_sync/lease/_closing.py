@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
+from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.options import OnExit
@@ -41,6 +42,7 @@ class Containment:
     _watchdog: Watchdog
     _on_exit: OnExit
     _settled: bool  # destroyed, or left as on_exit asked: nothing to name
+    _attached: Attachments
 
     def _name_leftovers(self, exc: BaseException) -> None:
         """``close()`` was cut short: unless its sandbox is gone, ``exc`` names what is left."""
@@ -85,6 +87,18 @@ class Containment:
             self._watchdog.cancel()
             self._destroyed(box, self._cleanup_deadline())
             raise
+        destroys = box.table.poisoned or self._on_exit == "destroy"
+        with _shield.delivered():  # its requests: the disposal's bookkeeping holds again
+            return self._attached.letting_go(
+                box, budget, destroys, lambda: self._dispose(box, budget)
+            )
+
+    def _dispose(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
+        """Destroy, keep or pause the sandbox, as the containment rule and ``on_exit`` say."""
+        with _shield.held():
+            return self._disposed(box, budget)
+
+    def _disposed(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
         if box.table.poisoned:
             return self._destroy_poisoned(box, budget.destroy())
         if self._on_exit == "destroy":

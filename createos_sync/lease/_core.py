@@ -33,6 +33,7 @@ from .._sandboxes import (
 from .._sandboxes import (
     shield as _shield,
 )
+from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.journal import Journal
 from .._sandboxes.options import LeaseOptions, OnExit
@@ -92,6 +93,7 @@ class LeaseCore(Containment):
         self._pending_failure: CreateosCleanupError | None = None
         self._settled = False  # destroyed, or left as on_exit asked: nothing to name
         self._opened_at: float | None = None
+        self._attached = Attachments()  # disks, networks, a token: let go of at close
 
     @property
     def options(self) -> LeaseOptions:
@@ -186,7 +188,7 @@ class LeaseCore(Containment):
                 return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
                 )
-        return make(self._client, self._options, self._record, deadline)
+        return make(self._client, self._options, self._record, deadline, self._attached)
 
     def _become_open(self, info: SandboxInfo, box: Box) -> None:
         with self._lock:
@@ -281,8 +283,10 @@ class LeaseCore(Containment):
         opens the lease, ``close()`` wins: it returns once ``open()`` has
         destroyed what it created.
 
-        Request budget: one termination per process still running, then one
-        destroy (or a pause and its status polls); nothing for ``"keep"``.
+        Request budget: one termination per process still running, one detach
+        per disk and network the lease attached (when it destroys) or one to
+        disable a token it made (when it keeps or pauses: ``_sandboxes.attachments``),
+        then one destroy (or a pause and its status polls); nothing for ``"keep"``.
         With a ttl, ``"keep"`` and ``"pause"`` first terminate the watchdog:
         1 request (up to 4 when that stays unconfirmed: see ``_watchdog``).
 

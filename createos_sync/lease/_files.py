@@ -47,6 +47,9 @@ class FileMethods(CommandMethods):
         """Read the whole remote file ``path`` (absolute) into memory. Request budget: 1 GET.
 
         Use ``download`` for big files: it streams to disk in constant memory.
+
+        Raises:
+            RemoteFileNotFoundError: no such file (also a ``FileNotFoundError``).
         """
         files.check_remote_path(path)
         return files.read(self._usable_box(), path, self._op_deadline())
@@ -89,6 +92,9 @@ class FileMethods(CommandMethods):
                 directory needs ``download_dir``).
             local_path: where the file goes (replaced if it exists).
             progress: as in ``write_file``; ``total_bytes`` is the announced size.
+
+        Raises:
+            RemoteFileNotFoundError: no such remote file (also a ``FileNotFoundError``).
         """
         files.check_remote_path(remote_path)
         files.check_progress(progress)
@@ -163,6 +169,8 @@ class FileMethods(CommandMethods):
         Raises:
             FileExistsError: ``local_dir`` is not an empty directory (before any request).
             UnsafeArchiveError: the archive was refused; nothing was extracted.
+            RemoteFileNotFoundError: ``remote_dir`` does not exist (also a
+                ``FileNotFoundError``).
             CommandFailed: ``tar`` failed in the sandbox (``.result`` has its stderr).
         """
         files.check_remote_path(remote_dir)

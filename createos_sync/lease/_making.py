@@ -14,9 +14,12 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._resources import disks as _disks
+from .._resources import networks as _networks
 from .._sandboxes import fork as _fork
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
+from .._sandboxes.attachments import Attachments
 from .._sandboxes.journal import Entry, Journal
 from .._sandboxes.options import LeaseOptions
 from .._wire import api as _api
@@ -67,8 +70,19 @@ class Record:
             self.name = None
 
 
-def make(client: Client, options: LeaseOptions, record: Record, deadline: Deadline) -> SandboxInfo:
-    """Create (or fork) the sandbox ``options`` ask for; runs held (see ``Lease.open``)."""
+def make(
+    client: Client,
+    options: LeaseOptions,
+    record: Record,
+    deadline: Deadline,
+    attached: Attachments | None = None,
+) -> SandboxInfo:
+    """Create (or fork) the sandbox ``options`` ask for; runs held (see ``Lease.open``).
+
+    Disks and networks are attached by the creation itself (a disk given by name
+    is looked up first: 1 request each) and recorded in ``attached``, which
+    ``close()`` detaches before it destroys.
+    """
     transport = client.transport
     source = options.fork_from
     if source is not None:
@@ -82,12 +96,24 @@ def make(client: Client, options: LeaseOptions, record: Record, deadline: Deadli
             Operation.SANDBOX_FORK,
             fork_of=source,
         )
+    body = options.creation_body()
+    attached = attached if attached is not None else Attachments()
+    if options.disks:
+        ids = [(_disks.resolve_id(transport, d, deadline), p) for p, d in options.disks]
+        body["disks"] = [{"disk_id": disk_id, "mount_path": path} for disk_id, path in ids]
+        for disk_id, path in ids:
+            attached.add_disk(disk_id, path)
+    if options.networks:
+        networks = [_networks.network_id(n) for n in options.networks]
+        body["networks"] = [{"id": network_id} for network_id in networks]
+        for network_id in networks:
+            attached.add_network(network_id)
     return _make(
         client,
         options,
         record,
         deadline,
-        options.creation_body(),
+        body,
         lambda body, until: _api.create_sandbox(transport, body, until),
         Operation.SANDBOX_CREATION,
     )

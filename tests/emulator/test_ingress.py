@@ -255,7 +255,7 @@ def not_theirs(emu: Emulator, sandbox_id: str, port: int) -> str:
     """The refusal of a port that another sandbox (or the host) listens on."""
     if emu.network == "private":  # the sandbox's own namespace: nothing is there at all
         return f"nothing listens on port {port} in sandbox {sandbox_id}"
-    return f"nothing of sandbox {sandbox_id}"
+    return f"port {port} is not sandbox {sandbox_id}'s alone"
 
 
 class _HostHandler(BaseHTTPRequestHandler):

@@ -140,3 +140,14 @@ def test_terminate_right_after_start_is_a_sigterm_not_a_kill_after_grace(box: cs
         process = box.start("sleep 600")
         process.terminate(grace=60)
         assert process.wait(timeout=60).signal == "SIGTERM"
+
+
+def test_poll_and_returncode_answer_as_popen_does(box: cs.Lease) -> None:
+    process = box.start(f"{UNTIL_GO}; exit 3", cwd="/workspace")
+    assert (process.poll(), process.returncode) == (None, None)  # still running: no request
+    box.write_file("/workspace/go", b"")
+    process.wait()
+    assert (process.poll(), process.returncode) == (3, 3)
+    killed = box.start("kill -9 $$")
+    killed.wait()
+    assert killed.poll() == killed.returncode == -9  # Popen's -N; RunResult.returncode is None

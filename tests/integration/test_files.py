@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -227,11 +228,28 @@ def test_a_hostile_tree_in_the_sandbox_is_refused_with_nothing_extracted(
 def test_a_missing_remote_directory_fails_cleanly(
     emulator: Emulator, box: Lease, tmp_path: Path
 ) -> None:
-    with pytest.raises(cs.CommandFailed, match="archiving /workspace/nope failed") as caught:
+    with pytest.raises(FileNotFoundError, match="/workspace/nope") as caught:
         box.download_dir("/workspace/nope", tmp_path / "out")
-    assert "No such file" in caught.value.result.stderr
+    assert isinstance(caught.value, cs.RemoteFileNotFoundError)
+    assert caught.value.filename == "/workspace/nope"
     assert os.listdir(tmp_path) == []
     assert scratch_files(emulator, box) == []
+
+
+def test_a_missing_remote_file_is_a_file_not_found_error_naming_it(
+    box: Lease, tmp_path: Path
+) -> None:
+    for attempt in (
+        lambda: box.read_file("/workspace/nope"),
+        lambda: box.download("/workspace/nope", tmp_path / "copy"),
+    ):
+        with pytest.raises(FileNotFoundError) as caught:
+            attempt()
+        error = caught.value
+        assert isinstance(error, cs.RemoteFileNotFoundError) and error.status == 404
+        assert error.filename == "/workspace/nope" and "/workspace/nope" in str(error)
+        assert pickle.loads(pickle.dumps(error)).filename == "/workspace/nope"
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_directory_transfer_interrupted_by_a_fault_removes_its_scratch_file(

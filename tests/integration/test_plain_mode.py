@@ -4,6 +4,7 @@ the sandbox's paths mean the same to commands as to the files API."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import signal
@@ -15,7 +16,7 @@ import pytest
 
 from createos_sync import Lease
 from createos_sync.emulator import Emulator
-from createos_sync.emulator._machine.isolation import REPORTER
+from createos_sync.emulator._machine.isolation import REPORTER, choose
 
 from .helpers import FAST, own_emulator, proc_state
 from .subprocesses import finish, read_until, spawn, wait_until
@@ -180,3 +181,26 @@ def _sleeping_leader(plain: Emulator, process_id: str) -> int | None:
                     if os.getsid(pid) == pid and _argv(pid) == ["sleep", "600"]:
                         return pid
     return None
+
+
+def test_only_clear_path_arguments_are_rewritten(box: Lease) -> None:
+    box.write_file("/workspace/data.txt", b"sandbox's\n")
+    # a program's own text keeps the sandbox path as written, in argv and in a script
+    code = "print('/workspace/data.txt', '/tmp/x')"
+    assert box.run(["python3", "-c", code]).stdout == "/workspace/data.txt /tmp/x\n"
+    assert box.run(f'python3 -c "{code}"').stdout == "/workspace/data.txt /tmp/x\n"
+    # a path argument, bare, quoted, after a redirection or "=", still means the sandbox's
+    both = box.run('cat "/workspace/data.txt"; cat </workspace/data.txt')
+    assert both.stdout == "sandbox's\n" * 2
+    assert box.run("F=/workspace/data.txt; cat $F", stdin="x").stdout == "sandbox's\n"
+
+
+def test_the_start_up_warning_says_in_plain_words_what_will_not_work(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, "createos_sync.emulator"):
+        choose("none")
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "falling back" not in warning
+    assert "can read and change your files" in warning
+    assert "a path that a program opens by itself" in warning and "apt-get install" in warning

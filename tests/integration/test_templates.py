@@ -10,6 +10,7 @@ import requests
 import createos_sync as cs
 from createos_sync import Client
 from createos_sync.emulator import Emulator, Fault
+from createos_sync.emulator._state import bases
 
 from .helpers import operations
 
@@ -136,3 +137,20 @@ def test_listing_reading_and_deleting_templates(emulator: Emulator, client: Clie
     ]  # one request each  # fmt: skip
     with pytest.raises(ValueError):
         client.template("")
+
+
+def test_a_base_whose_promise_this_machine_cannot_keep_is_refused_naming_those_it_can(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The emulator builds on this machine's system: FROM python-3.12 must not run a 3.11.
+    monkeypatch.setattr(bases, "version", lambda program: "Python 3.11.2")
+    with pytest.raises(cs.TemplateBuildError) as caught:
+        client.build_template("py", "FROM python-3.12\nRUN python3 --version\n")
+    message = str(caught.value)
+    assert "python-3.12 promises Python 3.12" in message and "python3 is Python 3.11.2" in message
+    assert "the bases it can honour here are ubuntu-24.04, ubuntu-22.04" in message
+    client.delete_template(caught.value.template_id)
+    monkeypatch.setattr(bases, "version", lambda program: "Python 3.12.3")
+    template = client.build_template("py", "FROM python-3.12\nRUN true\n")
+    assert template.base == "python-3.12"
+    client.delete_template(template.id)

@@ -335,8 +335,11 @@ def test_every_endpoint_needs_the_key_and_a_refusal_has_no_effect(
 
 def test_the_key_is_compared_in_constant_time() -> None:
     source = inspect.getsource(emulator_app)
-    authorized = inspect.getsource(emulator_app.App._authorized)
+    authorized = inspect.getsource(emulator_app.App._authorize)
     assert "hmac.compare_digest(" in authorized
+    # A sandbox's access token: its digest, compared in constant time too.
+    tokens = inspect.getsource(emulator_app.AccessStore.sandbox_of)
+    assert "hmac.compare_digest(" in tokens
     # And nowhere compared with == or != (which stops at the first differing byte).
     assert not re.search(r"(==|!=)\s*self\._key|self\._key\s*(==|!=)", source)
 

@@ -64,8 +64,9 @@ def test_invalid_base_urls_are_config_errors(url: str) -> None:
 
 
 def test_missing_key_names_the_variable() -> None:
-    with pytest.raises(ConfigError, match="CREATEOS_API_KEY"):
+    with pytest.raises(ConfigError, match="CREATEOS_API_KEY") as caught:
         Client()
+    assert "try it offline on the local emulator" in str(caught.value)  # a new user's way in
 
 
 @pytest.mark.parametrize(

@@ -556,7 +556,7 @@ def test_download_dir_costs_five_requests_and_removes_the_scratch_file(
     scratch = query_path(service.calls("GET", "/files")[0])
     assert scratch.startswith("/tmp/.createos-sync-download-")
     wrapper = service.process_bodies()[0]["args"][1]
-    assert f"tar -c -f {scratch} -C /workspace/src ." in wrapper
+    assert "exec tar -c -f " in wrapper and f"sh {scratch} /workspace/src" in wrapper
     (rm,) = service.calls("POST", "/exec")
     assert json.loads(rm.request.body)["args"] == ["-f", "--", scratch]
     assert (tmp_path / "out" / "fine.txt").read_bytes() == b"harmless"

@@ -179,6 +179,8 @@ def test_bad_ports_are_refused(
     "template",
     [
         "http://preview.example.com/<port>/",  # plain HTTP off loopback
+        "http://<port>-sb-1.localhost.example.com/",  # not a name under localhost
+        "http://<port>-sb-1.notlocalhost/",
         "https://user:pw@preview.example.com/<port>/",  # user information
         "javascript:alert(1)//<port>",
         "file:///etc/<port>",
@@ -208,6 +210,8 @@ def test_unsafe_templates_never_become_urls(
         ("http://127.0.0.1:4321/_ingress/sb-1/<port>/", "http://127.0.0.1:4321/_ingress/sb-1/80/"),
         ("http://localhost/p/<port>", "http://localhost/p/80"),
         ("http://[::1]:9/<port>/", "http://[::1]:9/80/"),
+        # The emulator's origin per sandbox port: names under localhost stay on loopback.
+        ("http://<port>-sb-1.localhost:4321/", "http://80-sb-1.localhost:4321/"),
         ("https://sb-1.example.com:<port>/", "https://sb-1.example.com:80/"),
     ],
 )

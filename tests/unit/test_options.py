@@ -81,3 +81,17 @@ def test_an_unknown_keyword_is_a_type_error_naming_the_call() -> None:
         cs.lease(shapes="s-1vcpu-1gb")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="^map" + unknown):
         cs.map(print, [], shapes="s-1vcpu-1gb")  # type: ignore[call-arg]
+
+
+def test_disks_networks_and_ssh_keys_survive_evolve() -> None:
+    import attrs
+
+    from createos_sync._sandboxes.options import LeaseOptions
+
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHJl user@host"
+    options = LeaseOptions(disks={"/mnt/a": "cache"}, networks=["net_1"], ssh_keys=[key])
+    again = attrs.evolve(options, name="x")
+    assert (again.disks, again.networks, again.ssh_keys) == (
+        (("/mnt/a", "cache"),), ("net_1",), (key,)
+    )
+    assert attrs.evolve(LeaseOptions(), name="y").disks == ()

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import io
+import sys
+import types
+import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+import tqdm
+import tqdm.std
 
 from createos_sync import Client
+from createos_sync.fanout._progress import Progress
 from createos_sync.files import Meter, _progress, metered
 
 from .wire import SANDBOX, Service
@@ -44,6 +50,57 @@ def test_a_terminal_gets_a_tqdm_bar_that_restarts_with_a_retry() -> None:
     assert frames[0].startswith("upload data.bin:   0%|")
     assert frames[-1].startswith("upload data.bin: 100%|") and "2.00k/2.00k" in frames[-1]
     assert screen.getvalue().endswith("\n")
+
+
+class ZMQInteractiveShell:
+    """What ``get_ipython()`` returns in a Jupyter kernel (as tqdm looks at it)."""
+
+    config: ClassVar[dict[str, Any]] = {"IPKernelApp": {}}
+
+
+@pytest.fixture
+def kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """A Jupyter kernel as tqdm detects one; tqdm's notebook modules import afresh in it."""
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = ZMQInteractiveShell  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "ipykernel.zmqshell", types.ModuleType("ipykernel.zmqshell"))
+    for name in TQDM_NOTEBOOK_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        monkeypatch.delattr(tqdm, name.split(".")[1], raising=False)
+    yield monkeypatch
+    for name in TQDM_NOTEBOOK_MODULES:  # imported in the fake kernel: not for other tests
+        sys.modules.pop(name, None)
+
+
+TQDM_NOTEBOOK_MODULES = ("tqdm.auto", "tqdm.autonotebook", "tqdm.notebook")
+
+
+def test_a_kernel_without_ipywidgets_gets_a_text_bar_and_no_warning(
+    kernel: pytest.MonkeyPatch,
+) -> None:
+    kernel.setitem(sys.modules, "ipywidgets", None)  # not installed: its import fails
+    transfer, fanout = KernelStream(), KernelStream()
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        bar = _progress.display("upload data.bin", transfer)
+        bar(0, 2048)
+        bar(2048, 2048)
+        bar.close()
+        progress = Progress(True, 2, stream=fanout)
+        progress.done = 2
+        progress.close()
+    assert [str(w.message) for w in warned] == []  # tqdm.auto warns "IProgress not found"
+    assert transfer.getvalue().split("\r")[-1].startswith("upload data.bin: 100%|")
+    assert fanout.getvalue().split("\r")[-1].startswith("cs.map: 100%|")
+
+
+def test_a_kernel_with_ipywidgets_gets_tqdm_s_widget(kernel: pytest.MonkeyPatch) -> None:
+    widgets = types.ModuleType("ipywidgets")
+    widgets.FloatProgress = widgets.HTML = widgets.HBox = object  # type: ignore[attr-defined]
+    kernel.setitem(sys.modules, "ipywidgets", widgets)
+    assert _progress.tqdm_class(KernelStream()) is sys.modules["tqdm.notebook"].tqdm
+    assert _progress.tqdm_class(Terminal()) is tqdm.std.tqdm
 
 
 def test_elsewhere_a_line_per_quarter_and_no_carriage_return() -> None:

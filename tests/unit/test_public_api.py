@@ -13,11 +13,16 @@ def test_all_is_sorted_and_complete() -> None:
     public -= {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
     modules |= {"fanout", "network", "process", "pytest_plugin", "result", "templates"}
+    modules |= {"computer"}
     assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(
         cs.__all__
     )
     for name in cs.__all__:
         assert hasattr(cs, name)
+    # dir() shows __all__, dunders and submodules only: not the helpers imported for the
+    # module's own use (Mapping, Sequence, TYPE_CHECKING, annotations, OnExit).
+    dunder = {n for n in dir(cs) if n.startswith("__") and n.endswith("__")}
+    assert set(dir(cs)) - set(cs.__all__) - dunder <= modules
 
 
 def test_contract_names_exist() -> None:
@@ -46,6 +51,8 @@ def test_contract_names_exist() -> None:
 def test_error_tree() -> None:
     assert issubclass(cs.ConfigError, cs.CreateosError) and issubclass(cs.ConfigError, ValueError)
     assert issubclass(cs.OutputLostError, cs.ProtocolError)
+    assert issubclass(cs.RemoteFileNotFoundError, cs.CreateosApiError)
+    assert issubclass(cs.RemoteFileNotFoundError, FileNotFoundError)
     assert issubclass(cs.CommandTimeout, cs.CommandFailed) and issubclass(
         cs.CommandTimeout, TimeoutError
     )
@@ -75,11 +82,11 @@ def test_is_cleanup_error_follows_cause_context_and_notes() -> None:
 
 
 def _errors() -> list[cs.CreateosError]:
-    from createos_sync.errors import attach_cleanup_failure
+    from createos_sync.errors import add_note, attach_cleanup_failure
 
     failed = cs.RunResult(args="false", exit_code=1, stdout="", stderr="", process_id="p-1")
     api = cs.CreateosApiError("sandbox creation", 503, request_id="r-9", outcome_unknown=True)
-    api.add_note("a note")
+    add_note(api, "a note")  # BaseException.add_note is 3.11's
     carrier = cs.CommandFailed(failed)
     attach_cleanup_failure(carrier, cs.CreateosCleanupError("x", sandbox_id="sb-2"))
     return [

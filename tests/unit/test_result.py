@@ -56,7 +56,7 @@ def test_html_repr_escapes() -> None:
 def test_failure_message_ends_with_a_bounded_stderr_tail() -> None:
     lines = [f"line {i}" for i in range(1, 9)]
     stderr = "\n".join([*lines[:-1], "\x1b[31m" + "x" * 500, ""])
-    failed = result(exit_code=2, stderr=stderr)
+    failed = result(exit_code=2, stdout="", stderr=stderr)
     with pytest.raises(cs.CommandFailed) as caught:
         failed.check()
     message = str(caught.value)
@@ -71,8 +71,24 @@ def test_failure_message_ends_with_a_bounded_stderr_tail() -> None:
 
 def test_timeout_message_shows_stderr_and_a_quiet_failure_shows_none() -> None:
     with pytest.raises(cs.CommandTimeout) as caught:
-        result(exit_code=None, timed_out=True, timeout=2.0, stderr="waiting...\n").check()
-    assert str(caught.value).splitlines()[1:] == ["stderr:", "  waiting..."]
+        result(exit_code=None, timed_out=True, timeout=2.0, stdout="", stderr="wait\n").check()
+    assert str(caught.value).splitlines()[1:] == ["stderr:", "  wait"]
     with pytest.raises(cs.CommandFailed) as quiet:
-        result(exit_code=1, stderr=" \n").check()
+        result(exit_code=1, stdout="", stderr=" \n").check()
     assert "\n" not in str(quiet.value)
+
+
+def test_failure_message_shows_the_stdout_tail_too_each_stream_labelled() -> None:
+    # pytest and make report their failures on stdout: the message must show it.
+    stdout = "".join(f"test_{i} PASSED\n" for i in range(7)) + "FAILED test_x - assert 1 == 2\n"
+    with pytest.raises(cs.CommandFailed) as only_stdout:
+        result(exit_code=1, stdout=stdout).check()
+    assert str(only_stdout.value).splitlines()[1:] == [
+        "stdout (last 5 of 8 lines):",
+        *[f"  test_{i} PASSED" for i in range(3, 7)],
+        "  FAILED test_x - assert 1 == 2",
+    ]
+    with pytest.raises(cs.CommandFailed) as both:
+        result(exit_code=2, stdout="1 failed\n", stderr="warning: slow\n").check()
+    tails = ["stdout:", "  1 failed", "stderr:", "  warning: slow"]
+    assert str(both.value).splitlines()[1:] == tails

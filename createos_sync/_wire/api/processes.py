@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import Operation
@@ -82,8 +83,13 @@ def create_process(
     *,
     pty: tuple[int, int] | None = None,
     operation: str = Operation.PROCESS_CREATION,
+    secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Create a managed process; with ``pty=(rows, cols)`` it runs on a terminal."""
+    """Create a managed process; with ``pty=(rows, cols)`` it runs on a terminal.
+
+    ``secrets``: what the ``args`` carry inside them (env values, argv items), that no
+    server text shown from the answer may hold either.
+    """
     body: dict[str, Any] = {"cmd": cmd, "args": args}
     if pty is not None:
         body["pty"] = {"rows": pty[0], "cols": pty[1]}
@@ -94,6 +100,7 @@ def create_process(
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body=body,
+        secrets=secrets,
     )
     data = _object(reply.data, operation)
     checked_id(data.get("process_id"), f"process id in the answer to {operation}")

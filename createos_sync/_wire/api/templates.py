@@ -56,9 +56,9 @@ def list_templates(t: Transport, deadline: Deadline) -> Iterator[dict[str, Any]]
     return _pages(t, "/templates", Operation.TEMPLATE_MANAGEMENT, "templates", deadline)
 
 
-def delete_template(t: Transport, template_id: str, deadline: Deadline) -> None:
-    """Delete a template; 404 means it is already gone, which is success."""
-    t.call(
+def delete_template(t: Transport, template_id: str, deadline: Deadline) -> bool:
+    """Delete a template; 404 means it is already gone, which is success (False)."""
+    reply = t.call(
         "DELETE",
         _template(template_id),
         operation=Operation.TEMPLATE_MANAGEMENT,
@@ -66,6 +66,7 @@ def delete_template(t: Transport, template_id: str, deadline: Deadline) -> None:
         deadline=deadline,
         allow=frozenset({404}),
     )
+    return reply.status != 404
 
 
 def follow_template_log(t: Transport, template_id: str, deadline: Deadline) -> Stream:

@@ -19,11 +19,12 @@ Plain mode (no bubblewrap) runs the command under ``reporter --subreaper``,
 which keeps every descendant in the tree and reports the exact wait status.
 It moves the working directory, HOME and TMPDIR into the sandbox's storage,
 and rewrites the sandbox paths ``/workspace``, ``/tmp`` and ``/home/user``
-where they appear in the command's arguments, working directory and
-environment values, so that ``cat /workspace/in.txt`` reads what the files
-API wrote. What it gives up: a path that a program builds or reads at run
-time (from a file, from ``$PWD``...) still means the host's, and ``/tmp``
-written inside a script's own data is the host's ``/tmp``. It never touches
+where they start a word of the command's arguments (a shell script's words
+included), its working directory and environment values, so that ``cat
+/workspace/in.txt`` reads what the files API wrote, while a program's own
+text (``python3 -c "print('/tmp/x')"``) is left as written. What it gives
+up: a path that a program builds or reads at run time (from its code, a
+file, ``$PWD``...) still means the host's. It never touches
 the host's own ``/workspace``.
 
 A terminal process (``terminal=True``) must be a session leader with its pty
@@ -45,7 +46,7 @@ from pathlib import Path
 
 from .layers import Overlays
 from .layers import probe as probe_overlays
-from .storage import MOUNTS, Storage
+from .storage import MOUNTS, Layered, Storage
 from .terminal import with_controlling_tty
 
 log = logging.getLogger("createos_sync.emulator")
@@ -60,9 +61,29 @@ PROBE_TIMEOUT = 10.0
 # bubblewrap mounts that file at REPORTER_MOUNT.
 REPORTER = str(Path(__file__).resolve().with_name("reporter.py"))
 REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
-# A sandbox path at the start of a word: not part of a longer path or name.
-SANDBOX_PATH = re.compile(r"(?<![\w.~/-])(/workspace|/home/user|/tmp)(?![\w.-])")
+# A sandbox path where a shell word starts (after a blank, "=", ":", a redirection or a
+# separator, maybe in quotes), and not part of a longer path or name: clearly a path
+# argument. Inside a word ("print('/tmp/x')" in a program's own code) it is left alone.
+SANDBOX_PATH = re.compile(
+    r"(?:^|(?<=[\s=:<>;&|`]))([\"']?)(/workspace|/home/user|/tmp)(?![\w.-])"
+)
+PLAIN_MODE_WARNING = (
+    "sandbox commands run directly on this machine, WITHOUT isolation: they can read and "
+    "change your files. /workspace, /tmp and /home/user mean the sandbox's only where a "
+    "command's arguments, working directory or environment name them as a path; a path "
+    "that a program opens by itself (from its code or a file, or typed into a terminal) "
+    "means this machine's. Install bubblewrap (apt-get install bubblewrap) for sandboxes "
+    "that behave like the service's."
+)
 SHELL_SAFE = re.compile(r"[\w./-]+")
+# Run as root (or, unprivileged, as root of the layer's user namespace), bubblewrap keeps
+# every capability in the sandbox: with CAP_DAC_READ_SEARCH a command opens any host file by
+# handle, with CAP_SYS_ADMIN it remounts its read-only binds. Root there keeps uid 0 (it owns
+# what it writes) but no capability, and where the kernel allows it (the emulator being
+# root) lives in a user namespace of its own, whose mounts it cannot unlock.
+NO_CAPABILITIES = ["--cap-drop", "ALL"]
+USERNS_ARGS = ["--unshare-user", "--uid", "0", "--gid", "0"]
+COPIES = ".etc"  # a sandbox's own copies of /etc files (``copy_over``), in its storage
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,10 @@ class NoIsolation:
         argv = [*helper, str(status_fds[1]), *command]
         return Launch(argv, storage.view(cwd), {**base, **mapped})
 
+    def layered(self, storage: Storage) -> Layered | None:
+        """No layer: the files API serves the MOUNTS only."""
+        return None
+
     def prepare(self, storage: Storage, *, wait: bool = False) -> None:
         """Nothing is mounted for a plain sandbox."""
 
@@ -122,18 +147,24 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     quoting in a shell script (true of the emulator's own temporary root).
     """
     dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
+    dirs.update((mount, str(host)) for mount, host in storage.binds.items())  # disks
     if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
         return text
+    pattern = SANDBOX_PATH
+    if storage.binds:
+        alternatives = "|".join(re.escape(m) for m in sorted(dirs, key=len, reverse=True))
+        pattern = re.compile(rf"(?<![\w.~/-])({alternatives})(?![\w.-])")
     # A host path of the emulator's storage (what `pwd` shows, given back) stays as it is,
     # although it may start with /tmp.
     storage_root = f"{storage.root.parent}/"
 
     def mapped(match: re.Match[str]) -> str:
-        if text.startswith(storage_root, match.start()):
+        quote, path = match.group(1), match.group(2)
+        if text.startswith(storage_root, match.start(2)):
             return match.group(0)
-        return dirs[match.group(1)]
+        return quote + dirs[path]
 
-    return SANDBOX_PATH.sub(mapped, text)
+    return pattern.sub(mapped, text)
 
 
 class Bubblewrap:
@@ -146,15 +177,32 @@ class Bubblewrap:
     def reports_wait_status(self) -> bool:
         return self._python is not None
 
-    def __init__(self, executable: str, python: str | None) -> None:
+    def __init__(self, executable: str, python: str | None, *, userns: bool = False) -> None:
         self._bwrap = executable
         self._python = python
+        self._userns = userns  # root only: root inside a user namespace of its own
         self.overlays: Overlays | None = None  # set once probed: a writable layer
-        self._binds: list[tuple[str, str]] = []
+        self._copies: dict[str, str] = {}
 
-    def bind_over(self, source: str, target: str) -> None:
-        """Show the host file ``source`` read-only at ``target`` in every sandbox (``_netns``)."""
-        self._binds.append((source, target))
+    def copy_over(self, target: str, text: str) -> None:
+        """Give every sandbox its own copy of ``text`` at ``target`` (``netns``): what one
+        sandbox writes there, no other sandbox sees."""
+        self._copies[target] = text
+
+    def layered(self, storage: Storage) -> Layered | None:
+        """How the files API reaches the rest of the sandbox's tree (its layer, and the
+        sandbox's own copies of /etc files), if it has a layer."""
+        if self.overlays is None:
+            return None
+        overlays = self.overlays
+
+        def open_place(path: str) -> tuple[int, str]:
+            if path in self._copies:
+                copy = _own_copy(storage, path, self._copies[path])
+                return os.open(copy.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), copy.name
+            return overlays.open_place(storage.root, storage.lowers, path)
+
+        return open_place
 
     def prepare(self, storage: Storage, *, wait: bool = False) -> None:
         """Mount a sandbox's layer: at creation in the background, before a command in full."""
@@ -182,7 +230,8 @@ class Bubblewrap:
     ) -> Launch:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
         wait status on ``status_fds[1]``."""
-        cmd = [self._bwrap, "--die-with-parent", "--unshare-pid"]
+        cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+        cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
@@ -190,11 +239,15 @@ class Bubblewrap:
             cmd += self.overlays.bind_args(storage.root)
         else:
             cmd += _read_only_system()
-        for source, target in self._binds:
-            cmd += ["--ro-bind", source, target]
+        for target, text in self._copies.items():
+            cmd += ["--bind", str(_own_copy(storage, target, text)), target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
-        cmd += ["--dev", "/dev", "--proc", "/proc", "--chdir", cwd]
+        for mount, host in sorted(storage.binds.items()):  # persistent disks, outer ones first
+            cmd += ["--bind", str(host), mount]
+        # /proc/sys read-only: root's uid may write many sysctls without any capability.
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+        cmd += ["--chdir", cwd]
         if self._python is not None:
             # bubblewrap closes its status fd in the sandbox: the reporter
             # writes to a second descriptor of the same pipe. For a terminal,
@@ -209,6 +262,15 @@ class Bubblewrap:
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         return Launch(cmd, str(storage.root), {**base, **env})
+
+
+def _own_copy(storage: Storage, target: str, text: str) -> Path:
+    """The sandbox's own file for ``target``, made on its first command."""
+    copy = storage.root / COPIES / target.strip("/").replace("/", "_")
+    if not copy.exists():
+        copy.parent.mkdir(exist_ok=True)
+        copy.write_text(text)
+    return copy
 
 
 def _read_only_system() -> list[str]:
@@ -266,12 +328,15 @@ def choose(mode: str) -> Isolation:
         executable = shutil.which("bwrap")
         python = _sandbox_python()
         candidates = []
+        userns = (True, False) if os.geteuid() == 0 else (False,)
         if executable is not None:
-            if python is not None:
-                candidates.append(Bubblewrap(executable, python))
-            candidates.append(Bubblewrap(executable, None))
+            for reporter in (python, None) if python is not None else (None,):
+                candidates += [Bubblewrap(executable, reporter, userns=u) for u in userns]
         for bwrap in candidates:
             if _works(bwrap):
+                if os.geteuid() == 0 and not bwrap._userns:
+                    log.info("bubblewrap cannot make user namespaces here: sandboxed root "
+                             "keeps the host's uid 0, without any capability")
                 if not bwrap.reports_wait_status:
                     log.info(
                         "bubblewrap runs without the status reporter: "
@@ -288,10 +353,8 @@ def choose(mode: str) -> Isolation:
                 return bwrap
         if mode == "bwrap":
             raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
-        log.warning("bubblewrap is unavailable or does not work here: falling back to none")
-    log.warning(
-        "emulator processes run WITHOUT isolation: commands see the host file system; "
-        "only the paths /workspace, /tmp and /home/user written in a command are mapped "
-        "into the sandbox"
-    )
+    why = "isolation 'none' was asked for" if mode == "none" else (
+        "bubblewrap is not installed here, or does not work"
+    )  # fmt: skip
+    log.warning("%s: %s", why, PLAIN_MODE_WARNING)
     return NoIsolation()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import posixpath
 import select
 import shutil
 import stat
@@ -124,6 +125,8 @@ class Overlays:
         self.system_dirs = tuple(system_dirs)
         self.mount_files = tuple(mount_files)
         self.targets = tuple(d for d in system_dirs if os.path.isdir(d) and not os.path.islink(d))
+        # The system's top-level symlinks (/bin -> usr/bin), kept in every layered root.
+        self.links = {d: os.readlink(d) for d in system_dirs if os.path.islink(d)}
         self.user_namespace = user_namespace
         self._holders: dict[Path, Future[subprocess.Popen[bytes]]] = {}
         self._lock = threading.Lock()
@@ -151,6 +154,23 @@ class Overlays:
         if self.user_namespace:
             prefix += ["--user", "--preserve-credentials"]
         return [*prefix, "--"]
+
+    def open_place(self, root: Path, lowers: Sequence[Path], path: str) -> tuple[int, str]:
+        """(Descriptor of an overlay, path below it) of a sandbox path outside the MOUNTS,
+        for the files API: opened through the holder's mount namespace, where it is mounted."""
+        holder = self._holder(root, lowers, background=False).result(HOLDER_TIMEOUT)
+        top = "/" + path.strip("/").split("/")[0]
+        if top in self.links:  # as the sandbox resolves it: /bin/x is /usr/bin/x
+            below = path[len(top) :].strip("/")
+            path = posixpath.normpath(posixpath.join("/", self.links[top], below))
+            top = "/" + path.strip("/").split("/")[0]
+        key, below = (_key(top), path[len(top) :]) if top in self.targets else (ROOT_KEY, path)
+        mount = f"/proc/{holder.pid}/root{root}/.layer-mnt/{key}"
+        fd = os.open(mount, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        if holder.poll() is not None:  # gone: its pid may name another process by now
+            os.close(fd)
+            raise OSError("the sandbox's layer is not mounted")
+        return fd, below.strip("/")
 
     def release(self, root: Path) -> None:
         """Unmount the sandbox's layer (its holder exits); its files stay."""

@@ -55,6 +55,7 @@ SLIRP_DNS = "10.0.2.3"
 SLIRP_READY_TIMEOUT = 10.0
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+UNPRIVILEGED_PORTS = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
 IFREQ = "16sh22x"  # struct ifreq: the name, then the flags in its union
 
 T = TypeVar("T")
@@ -138,7 +139,7 @@ Network = SharedNet | PrivateNet
 class Networks:
     """Makes each sandbox's network, in the mode chosen once at start."""
 
-    def __init__(self, mode: str, isolation: Isolation, root: Path) -> None:
+    def __init__(self, mode: str, isolation: Isolation) -> None:
         self._slirp = shutil.which("slirp4netns") or ""
         self._home = -1
         self.name = "shared"
@@ -147,7 +148,7 @@ class Networks:
         why = self._unavailable(isolation)
         if why is None:
             self.name = "private"
-            self._bind_resolver(isolation, root)
+            self._bind_resolver(isolation)
             return
         if mode == "private":
             raise RuntimeError(f"network='private' was asked for, but {why}")
@@ -186,13 +187,16 @@ class Networks:
         return None
 
     @staticmethod
-    def _bind_resolver(isolation: Isolation, root: Path) -> None:
-        """Point the sandboxes' DNS at slirp4netns, which forwards it to the host's resolver."""
-        if os.path.islink("/etc/resolv.conf") or not os.path.isfile("/etc/resolv.conf"):
-            return  # nothing to bind over (bubblewrap would follow a link out of /etc)
-        resolv = root / "resolv.conf"
-        resolv.write_text(f"nameserver {SLIRP_DNS}\n")
-        isolation.bind_over(str(resolv), "/etc/resolv.conf")  # type: ignore[union-attr]
+    def _bind_resolver(isolation: Isolation) -> None:
+        """Point the sandboxes' DNS at slirp4netns, which forwards it to the host's resolver;
+        each sandbox gets its own copies of ``resolv.conf`` and ``hosts``."""
+        for target, text in (("/etc/resolv.conf", f"nameserver {SLIRP_DNS}\n"),
+                             ("/etc/hosts", None)):  # fmt: skip
+            if os.path.islink(target) or not os.path.isfile(target):
+                continue  # nothing to bind over (bubblewrap would follow a link out of /etc)
+            if text is None:
+                text = Path(target).read_text(errors="replace")
+            isolation.copy_over(target, text)  # type: ignore[union-attr]
 
 
 def _libc() -> ctypes.CDLL:
@@ -239,6 +243,10 @@ def _make_namespace(agent: bool) -> tuple[int, socket.socket | None]:
             asked = fcntl.ioctl(probe, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0))
             flags = struct.unpack(IFREQ, asked)[1]
             fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+        # Sandboxed root has no CAP_NET_BIND_SERVICE: let it serve on port 80 all the same
+        # (this namespace's own setting; this thread's /proc/sys/net is the namespace's).
+        with contextlib.suppress(OSError), open(UNPRIVILEGED_PORTS, "w") as setting:
+            setting.write("0\n")
         if not agent:
             return fd, None
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -1,29 +1,38 @@
 """A sandbox's storage directory and the mapping of sandbox paths onto it.
 
-Only three sandbox trees exist as storage: ``/workspace``, ``/tmp`` and
-``/home/user``. The files API maps them the same way in both isolation modes;
-anything else is refused. Under bubblewrap with overlays (``_layers``), the
-rest of the tree a sandbox wrote lives in ``layer/``, over ``lowers`` (the
-layers of the template it was made from). The host path is resolved and checked to stay
-inside the storage, and the last component is opened with O_NOFOLLOW, so a
-symlink planted by a sandboxed command cannot make the API read or write a
-host file. (Absolute symlink targets are host paths once resolved here, so a
-link to ``/workspace/x`` made inside bubblewrap is refused by the files API.)
+Three sandbox trees are storage directories: ``/workspace``, ``/tmp`` and
+``/home/user``, mapped the same way in every isolation mode. Under
+bubblewrap with overlays (``layers``), the rest of the tree a sandbox wrote
+lives in ``layer/``, over ``lowers`` (the layers of the template it was made
+from), and the files API reaches it through the mounted overlay (``Layered``),
+as a command would; without a layer, paths outside the three are refused.
+Files are opened beneath the tree's directory (``beneath``): a symlink or a
+directory swapped by a sandboxed command cannot make the API read or write a
+host file, however the two race. (A symlink is followed only while it stays
+below: an absolute one, such as a link to ``/workspace/x`` made inside
+bubblewrap, is refused.)
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import errno
 import os
 import posixpath
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .beneath import open_base, open_beneath, open_directory
 from .layers import UPPER, copy_tree, locate, remove_tree
 
 MOUNTS = (("/workspace", "workspace"), ("/tmp", "tmp"), ("/home/user", "home"))
 CHUNK = 1 << 20
+NOT_KEPT = frozenset({"proc", "dev", "sys"})  # mounted afresh for every command
+# Where a path outside MOUNTS lives: (descriptor of a host directory, path below it).
+Layered = Callable[[str], tuple[int, str]]
 
 
 class PathRefused(Exception):
@@ -35,11 +44,13 @@ class PathRefused(Exception):
 
 
 class Storage:
-    """Directories ``workspace/``, ``tmp/`` and ``home/`` under ``root``."""
+    """Directories ``workspace/``, ``tmp/`` and ``home/`` under ``root``, and the disks' binds."""
 
     def __init__(self, root: Path, lowers: tuple[Path, ...] = ()) -> None:
         self.root = root
         self.lowers = lowers  # template layers under this sandbox's own, topmost first
+        # Persistent disks: mount path -> the host directory standing in for the bucket.
+        self.binds: dict[str, Path] = {}
 
     @property
     def layer(self) -> Path:
@@ -68,11 +79,18 @@ class Storage:
         return self.root / dict(MOUNTS)[mount]
 
     def host_path(self, sandbox_path: str) -> Path | None:
-        """The host path of a sandbox path under one of the MOUNTS, else None."""
+        """The host path of a sandbox path under a disk or one of the MOUNTS, else None."""
+        for mount, host in self._disks():
+            if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
+                return host / sandbox_path[len(mount) :].lstrip("/")
         for mount, name in MOUNTS:
             if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
                 return self.root / name / sandbox_path[len(mount) :].lstrip("/")
         return None
+
+    def _disks(self) -> list[tuple[str, Path]]:
+        """The disks' mounts, the deepest first (a disk may be mounted inside /workspace)."""
+        return sorted(self.binds.items(), key=lambda bind: -len(bind[0]))
 
     def view(self, sandbox_path: str) -> str:
         """Host path of what a command sees at ``sandbox_path`` (the layers, else the host's)."""
@@ -81,54 +99,109 @@ class Storage:
             return str(mapped)
         return locate(self.layer, self.lowers, sandbox_path)
 
-    def checked_path(self, sandbox_path: str) -> Path:
-        """The resolved host path for the files API; raises PathRefused."""
+    def place(self, sandbox_path: str, layered: Layered | None = None) -> tuple[int, str]:
+        """(Descriptor of a host directory, path below it) of a files API path: the caller
+        closes the descriptor; raises PathRefused.
+
+        The three MOUNTS are storage directories; the rest of the tree is the
+        sandbox's layer, reached through ``layered`` (None: there is none).
+        """
         if "\0" in sandbox_path:
             raise PathRefused(400, "path contains NUL")
         if not sandbox_path.startswith("/"):
             raise PathRefused(400, "path must be absolute")
         if ".." in sandbox_path.split("/"):
             raise PathRefused(400, "path must not contain '..'")
-        host = self.host_path(posixpath.normpath(sandbox_path))
-        if host is None:
-            raise PathRefused(403, "path is outside /workspace, /tmp and /home/user")
-        resolved = Path(os.path.realpath(host))
-        root = Path(os.path.realpath(self.root))
-        if resolved != root and root not in resolved.parents:
-            raise PathRefused(403, "path escapes the sandbox storage")
-        return resolved
-
-    def write(self, sandbox_path: str, chunks: Iterator[bytes]) -> int:
-        """Stream ``chunks`` into the file (via a temporary file, then rename)."""
-        target = self.checked_path(sandbox_path)
-        if target.is_dir():
-            raise PathRefused(400, "path is a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.upload-{secrets.token_hex(6)}")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        written = 0
+        path = posixpath.normpath(sandbox_path)
+        for mount, host in self._disks():
+            if path == mount or path.startswith(mount + "/"):
+                return _opened(str(host)), path[len(mount) :].strip("/")
+        for mount, name in MOUNTS:
+            if path == mount or path.startswith(mount + "/"):
+                return _opened(str(self.root / name)), path[len(mount) :].strip("/")
+        if path.split("/")[1] in NOT_KEPT:
+            raise PathRefused(403, "path is in a file system the sandbox does not keep")
+        if layered is None:
+            raise PathRefused(
+                403, "path is outside /workspace, /tmp and /home/user, and this emulator "
+                "has no writable layer for the rest (bubblewrap and overlayfs)"
+            )  # fmt: skip
         try:
-            with os.fdopen(fd, "wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
-                    written += len(chunk)
-            os.replace(partial, target)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        return written
+            return layered(path)
+        except (OSError, TimeoutError, concurrent.futures.TimeoutError):  # distinct in 3.10
+            raise PathRefused(403, "the sandbox's tree cannot be opened") from None
 
-    def open_read(self, sandbox_path: str) -> tuple[int, int]:
+    def write(
+        self, sandbox_path: str, chunks: Iterator[bytes], layered: Layered | None = None
+    ) -> int:
+        """Stream ``chunks`` into the file (via a temporary file, then rename); see ``beneath``."""
+        base_fd, relative = self.place(sandbox_path, layered)
+        *parents, name = relative.split("/")
+        try:
+            if not name:
+                raise PathRefused(400, "path is a directory")
+            parent = open_directory(base_fd, parents, create=True)
+        finally:
+            os.close(base_fd)
+        try:
+            return _replace(parent, name, chunks)
+        finally:
+            os.close(parent)
+
+    def open_read(self, sandbox_path: str, layered: Layered | None = None) -> tuple[int, int]:
         """An open fd and the size of a regular file; raises FileNotFoundError."""
-        target = self.checked_path(sandbox_path)
+        base_fd, relative = self.place(sandbox_path, layered)
         try:
-            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+            # Non-blocking: a FIFO planted at the path must not hold this thread.
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+            fd = open_beneath(base_fd, relative, flags)
         except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
+            if isinstance(exc, FileNotFoundError | NotADirectoryError):
                 raise
-            raise PathRefused(403, "file cannot be opened") from None
+            raise PathRefused(403, _refusal(exc)) from None
+        finally:
+            os.close(base_fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise PathRefused(400, "path is not a regular file")
         return fd, st.st_size
+
+
+def _opened(base: str) -> int:
+    try:
+        return open_base(base)
+    except OSError:
+        raise PathRefused(403, "the sandbox's tree cannot be opened") from None
+
+
+def _replace(parent: int, name: str, chunks: Iterator[bytes]) -> int:
+    try:
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        mode = 0
+    if stat.S_ISDIR(mode):
+        raise PathRefused(400, "path is a directory")
+    if stat.S_ISLNK(mode):
+        raise PathRefused(403, "path is a symlink: write to its target")
+    partial = f".{name}.upload-{secrets.token_hex(6)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(partial, flags, 0o644, dir_fd=parent)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                written += len(chunk)
+        os.replace(partial, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial, dir_fd=parent)
+        raise
+    return written
+
+
+def _refusal(exc: OSError) -> str:
+    if exc.errno in (errno.EXDEV, errno.ELOOP):
+        return "path leads through a symlink out of the sandbox's tree (or a loop)"
+    return "file cannot be opened"

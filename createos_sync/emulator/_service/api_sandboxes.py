@@ -16,6 +16,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import FileWrapper
 
+from .._machine.desktop import ROOTFS as DESKTOP_ROOTFS
+from .._machine.desktop import require_tools
 from .._machine.storage import CHUNK, PathRefused
 from .._state.catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
 from .._state.sandboxes import ForkChanges, SandboxSpec, SandboxStore
@@ -29,8 +31,10 @@ from .._wire import (
     query_int,
     success,
     text,
+    text_list,
     text_map,
 )
+from .attachments import Attachments
 
 STATUSES = (
     "creating", "running", "pausing", "paused", "resuming", "forking",
@@ -39,9 +43,12 @@ STATUSES = (
 
 
 class SandboxApi:
-    def __init__(self, store: SandboxStore, templates: TemplateStore) -> None:
+    def __init__(
+        self, store: SandboxStore, templates: TemplateStore, attached: Attachments
+    ) -> None:
         self._store = store
         self._templates = templates
+        self._attached = attached
 
     def healthz(self, request: Request) -> Response:
         return success({"ok": True})
@@ -62,6 +69,8 @@ class SandboxApi:
         template = None if rootfs in ROOTFS_NAMES else self._templates.find(rootfs)
         if rootfs not in ROOTFS_NAMES and (template is None or template.status != "ready"):
             raise ApiError(400, "unknown rootfs (neither a base image nor a ready template)")
+        if rootfs == DESKTOP_ROOTFS:
+            require_tools()  # a clear refusal naming the packages, not a desktop that fails later
         ingress = _flag(body, "ingress_enabled")
         envs = text_map(body, "envs")
         spec = SandboxSpec(
@@ -77,8 +86,20 @@ class SandboxApi:
             workdir=template.workdir if template is not None else "/workspace",
             lowers=template.lowers if template is not None else (),
         )
+        if body.get("bandwidth_quota_bytes") is not None:
+            raise ApiError(400, "bandwidth_quota_bytes cannot be set at creation (fork, recharge)")
+        keys = text_list(body, "ssh_pubkeys")
+        wanted = self._attached.wanted(body)  # disks and networks: checked before it exists
         seed = template.root if template is not None else None
-        return success(self._store.create(spec, seed).answer(), 201)
+        sandbox = self._store.create(spec, seed)
+        try:
+            self._attached.attach(sandbox, wanted)
+        except BaseException:
+            self._store.destroy(sandbox.id)
+            raise
+        if keys:
+            self._attached.access.add_keys(sandbox.id, keys)
+        return success(sandbox.answer(), 201)
 
     def list(self, request: Request) -> Response:
         limit = query_int(request, "limit", 1, 500, 100)
@@ -122,7 +143,14 @@ class SandboxApi:
             envs=text_map(body, "envs"),
             ingress_enabled=_flag(body, "ingress_enabled"),
         )
-        return success(self._store.fork(sandbox_id, changes).answer(), 201)
+        keys = text_list(body, "ssh_pubkeys")
+        quota = integer(body, "bandwidth_quota_bytes", 1, 1 << 53, None)
+        sandbox = self._store.fork(sandbox_id, changes)
+        if keys:
+            self._attached.access.add_keys(sandbox.id, keys)
+        if quota is not None:
+            self._attached.access.set_quota(sandbox.id, quota)
+        return success(sandbox.answer(), 201)
 
     def patch(self, request: Request, sandbox_id: str) -> Response:
         """Change ingress and auto-pause of a live sandbox; answers the sandbox."""
@@ -154,21 +182,27 @@ class SandboxApi:
         sandbox = self._store.running(sandbox_id)
         path = _path_arg(request)
         try:
-            size = sandbox.storage.write(path, _chunks(request))
+            layered = self._store.isolation.layered(sandbox.storage)
+            size = sandbox.storage.write(path, _chunks(request), layered)
         except PathRefused as exc:
             raise ApiError(exc.status, str(exc)) from None
-        except (NotADirectoryError, IsADirectoryError, FileExistsError):
+        except (NotADirectoryError, IsADirectoryError, FileExistsError, FileNotFoundError):
+            # FileNotFoundError: a command removed the directory while the file was written.
             raise ApiError(400, "a parent of the path is not a directory") from None
         except OSError as exc:
-            if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+            if exc.errno in (errno.ELOOP, errno.EXDEV):
+                message = "the path leads through a symlink out of the sandbox's tree"
+                raise ApiError(403, message) from None
+            if exc.errno != errno.ENAMETOOLONG:
                 raise
-            raise ApiError(400, "the path is too long, or leads through a symlink loop") from None
+            raise ApiError(400, "the path is too long") from None
         return success({"path": path, "size": size})
 
     def file_read(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
         try:
-            fd, size = sandbox.storage.open_read(_path_arg(request))
+            layered = self._store.isolation.layered(sandbox.storage)
+            fd, size = sandbox.storage.open_read(_path_arg(request), layered)
         except PathRefused as exc:
             raise ApiError(exc.status, str(exc)) from None
         except (FileNotFoundError, NotADirectoryError):

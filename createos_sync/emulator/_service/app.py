@@ -1,7 +1,8 @@
 """The WSGI application: routing, rate limit, authentication, faults, request log.
 
-Paths under ``/_ingress/`` are preview URLs, handed to the ingress proxy
-before any of that (``_ingress``).
+Requests for preview URLs (a preview's ``Host``, or a path under
+``/_ingress/``) are handed to the ingress proxy before any of that
+(``ingress``, ``previews``).
 
 Every request goes through the same steps, in the service's order: route
 (one operation name per endpoint), rate limit per client address, API key,
@@ -27,14 +28,24 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from .._machine import links as _links
+from .._state.access import AccessStore
+from .._state.desktops import Desktops
+from .._state.disks import DiskStore
+from .._state.overlays import OverlayStore
 from .._state.sandboxes import SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import ApiError, failure, json_body, success
+from .api_access import AccessApi
+from .api_computer import ROUTES as COMPUTER_ROUTES
+from .api_computer import ComputerApi
+from .api_disks import DiskApi
+from .api_networks import NetworkApi
 from .api_processes import ProcessApi
 from .api_sandboxes import SandboxApi
 from .api_templates import TemplateApi
+from .attachments import Attachments
 from .faults import Fault, FaultQueue, fault_from_json
-from .ingress import PREFIX as INGRESS_PREFIX
 from .ingress import IngressProxy
 from .ratelimit import RateLimiter
 from .requestlog import RequestLog, RequestRecord
@@ -74,6 +85,29 @@ ROUTES = (
     (f"{PROC}/signal", "POST", "process.signal"),
     (f"{PROC}/resize", "POST", "process.resize"),
     (f"{PROC}/wait", "GET", "process.wait"),
+    (f"{SB}/disks", "POST", "disk.attach"),
+    (f"{SB}/disks", "GET", "disk.mounts"),
+    (f"{SB}/disks/<disk>", "DELETE", "disk.detach"),
+    (f"{SB}/networks", "POST", "network.attach"),
+    (f"{SB}/networks/<network_id>", "DELETE", "network.detach"),
+    (f"{SB}/access-token", "POST", "token.create"),
+    (f"{SB}/access-token", "GET", "token.get"),
+    (f"{SB}/access-token", "DELETE", "token.delete"),
+    (f"{SB}/access-token/rotate", "POST", "token.rotate"),
+    (f"{SB}/ssh-pubkeys", "POST", "sandbox.ssh_keys"),
+    (f"{SB}/resize", "POST", "sandbox.resize"),
+    (f"{SB}/bandwidth", "GET", "sandbox.bandwidth"),
+    (f"{SB}/bandwidth/recharge", "POST", "sandbox.recharge"),
+    ("/v1/sandboxes/by-ip/<ip>", "GET", "sandbox.by_ip"),
+    ("/v1/disks", "POST", "disk.create"),
+    ("/v1/disks", "GET", "disk.list"),
+    ("/v1/disks/<disk>", "GET", "disk.get"),
+    ("/v1/disks/<disk>", "DELETE", "disk.delete"),
+    ("/v1/disks/<disk>", "PATCH", "disk.rotate"),
+    ("/v1/networks", "POST", "network.create"),
+    ("/v1/networks", "GET", "network.list"),
+    ("/v1/networks/<network_id>", "GET", "network.get"),
+    ("/v1/networks/<network_id>", "DELETE", "network.delete"),
     ("/v1/templates", "POST", "template.create"),
     ("/v1/templates", "GET", "template.list"),
     (TPL, "GET", "template.get"),
@@ -85,6 +119,9 @@ ROUTES = (
     ("/_emulator/requests", "GET", "admin.requests"),
 )
 PUBLIC = frozenset({"healthz", "shapes", "rootfs"})
+# A sandbox access token may not mint keys (the account's key manages them).
+NOT_FOR_TOKENS = frozenset({"token.create", "token.rotate", "token.get", "token.delete"})
+ACCOUNT = "account"
 
 Handler = Callable[..., Response]
 
@@ -99,7 +136,10 @@ _map_lock = threading.Lock()
 @functools.cache
 def _route_map_unlocked() -> Map:
     return Map(
-        [Rule(path, methods=[method], endpoint=op) for path, method, op in ROUTES],
+        [
+            Rule(path, methods=[method], endpoint=op)
+            for path, method, op in (*ROUTES, *COMPUTER_ROUTES)
+        ],
         strict_slashes=False,
         merge_slashes=False,
     )
@@ -130,6 +170,8 @@ class App:
         limiter: RateLimiter | None,
         requests: RequestLog,
         heartbeat: float,
+        previews: str = "path",
+        in_use_after: float = 1.0,
     ) -> None:
         self._store = store
         self._key = api_key.encode()
@@ -137,8 +179,16 @@ class App:
         self._limiter = limiter
         self._requests = requests
         self._map = _route_map()
-        self._ingress = IngressProxy(store)
-        sandboxes = SandboxApi(store, templates)
+        self._ingress = IngressProxy(store, paths=previews == "path")
+        self._access = AccessStore()
+        disks = DiskStore(store.root, store.isolation)
+        overlays = OverlayStore(_links.choose(store.networks.name), in_use_after)
+        self.overlays = overlays
+        attached = Attachments(store, disks, overlays, self._access)
+        sandboxes = SandboxApi(store, templates, attached)
+        disk_api = DiskApi(store, disks)
+        network_api = NetworkApi(store, overlays)
+        access_api = AccessApi(store, self._access)
         processes = ProcessApi(store, heartbeat)
         builds = TemplateApi(templates, heartbeat)
         self._delete_process = processes.delete
@@ -169,6 +219,29 @@ class App:
             "process.resize": processes.resize,
             "process.wait": processes.wait,
             "process.delete": processes.delete,
+            "disk.create": disk_api.create,
+            "disk.list": disk_api.list,
+            "disk.get": disk_api.get,
+            "disk.delete": disk_api.delete,
+            "disk.rotate": disk_api.rotate,
+            "disk.attach": disk_api.attach,
+            "disk.mounts": disk_api.mounts,
+            "disk.detach": disk_api.detach,
+            "network.create": network_api.create,
+            "network.list": network_api.list,
+            "network.get": network_api.get,
+            "network.delete": network_api.delete,
+            "network.attach": network_api.attach,
+            "network.detach": network_api.detach,
+            "token.create": access_api.token_create,
+            "token.get": access_api.token_get,
+            "token.delete": access_api.token_delete,
+            "token.rotate": access_api.token_rotate,
+            "sandbox.ssh_keys": access_api.ssh_keys,
+            "sandbox.resize": access_api.resize,
+            "sandbox.bandwidth": access_api.bandwidth,
+            "sandbox.recharge": access_api.recharge,
+            "sandbox.by_ip": access_api.by_ip,
             "template.create": builds.create,
             "template.list": builds.list,
             "template.get": builds.get,
@@ -179,9 +252,10 @@ class App:
             "admin.state": self._state,
             "admin.requests": self._request_list,
         }
+        self._handlers.update(ComputerApi(Desktops(store)).handlers())
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "").startswith(INGRESS_PREFIX):
+        if self._ingress.claims(environ):
             return self._ingress(environ, start_response)  # preview URLs: not the API
         request = Request(environ)
         response = self._dispatch(request)
@@ -201,8 +275,8 @@ class App:
                 wait = self._limiter.admit(request.remote_addr or "?")
                 if wait is not None:
                     raise ApiError(429, "rate limit exceeded", headers={"Retry-After": str(wait)})
-            if operation not in PUBLIC and not self._authorized(request):
-                raise ApiError(401, "missing or invalid API key")
+            if operation not in PUBLIC:
+                self._authorize(request, operation, args, admin)
             fault = None if admin else self._faults.take(operation)
             if fault is not None:
                 response = self._faulted(fault, operation, request, args)
@@ -215,9 +289,21 @@ class App:
             response = failure(ApiError(500, "internal emulator error"))
         return response if admin else self._logged(request, operation, response)
 
-    def _authorized(self, request: Request) -> bool:
-        given = request.headers.get("X-Api-Key", "").encode("utf-8", "replace")
-        return hmac.compare_digest(given, self._key)
+    def _authorize(
+        self, request: Request, operation: str, args: Mapping[str, Any], admin: bool
+    ) -> None:
+        """The account's key passes; a sandbox's access token, for its own sandbox only
+        (any other answers 404, as on the service; account-wide endpoints 403)."""
+        given = request.headers.get("X-Api-Key", "")
+        if hmac.compare_digest(given.encode("utf-8", "replace"), self._key):
+            return
+        sandbox_id = None if admin or not given else self._access.sandbox_of(given)
+        if sandbox_id is None:
+            raise ApiError(401, "missing or invalid API key")
+        if "sandbox_id" not in args or operation in NOT_FOR_TOKENS:
+            raise ApiError(403, "a sandbox access token acts on its own sandbox only")
+        if args["sandbox_id"] != sandbox_id:
+            raise ApiError(404, "sandbox not found")
 
     def _logged(self, request: Request, operation: str | None, response: Response) -> Response:
         dropped = isinstance(response, _Dropped)

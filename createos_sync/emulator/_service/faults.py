@@ -24,6 +24,13 @@ OPERATIONS = frozenset(
         "process.wait", "process.delete",
         "template.create", "template.list", "template.get", "template.delete",
         "template.logs",
+        "disk.create", "disk.list", "disk.get", "disk.delete", "disk.rotate",
+        "disk.attach", "disk.mounts", "disk.detach",
+        "network.create", "network.list", "network.get", "network.delete",
+        "network.attach", "network.detach",
+        "token.create", "token.get", "token.delete", "token.rotate",
+        "sandbox.ssh_keys", "sandbox.resize", "sandbox.bandwidth", "sandbox.recharge",
+        "sandbox.by_ip",
     }
 )  # fmt: skip
 

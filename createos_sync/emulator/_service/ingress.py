@@ -1,17 +1,18 @@
 """The ingress proxy: preview URLs that really reach a port inside a sandbox.
 
 A sandbox gets, as on the service, an ``ingress_url_template`` holding a
-``<port>`` placeholder. Here the template is a path on the emulator's own
-address::
+``<port>`` placeholder: a host of its own per sandbox port on loopback, or a
+path on the emulator's own address (``previews`` says which, and why)::
 
+    http://<port>-<sandbox id>.sb.localhost:PORT/
     http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/
 
-A path prefix works for every client on loopback without DNS help
-(browsers resolve ``*.localhost`` names, Python's resolver often does not),
-at a price: an app that writes root-absolute links (``/static/app.js``)
-must be told its base path. The proxy sends ``X-Forwarded-Prefix``, and
-rewrites redirects to root-absolute paths; Jupyter (``base_url``), Streamlit
-(``server.baseUrlPath``) and Vite (``base``) take one.
+A request whose ``Host`` names a preview goes to that sandbox port, whatever
+its path. Under the path prefix, an app that writes root-absolute links
+(``/static/app.js``) must be told its base path: the proxy sends
+``X-Forwarded-Prefix``, and rewrites redirects to root-absolute paths;
+Jupyter (``base_url``), Streamlit (``server.baseUrlPath``) and Vite
+(``base``) take one.
 
 Requests are forwarded as they come; bodies are streamed both ways in
 chunks (nothing is buffered whole, a server-sent event stream flows as it is
@@ -50,11 +51,11 @@ from .._machine.listeners import Listener
 from .._machine.netns import AGENT_PORT, PrivateNet
 from .._wire import ApiError
 from .hangups import Hangups
+from .previews import PREFIX, host_form
 
 if TYPE_CHECKING:
     from .._state.sandboxes import Sandbox, SandboxStore
 
-PREFIX = "/_ingress/"
 CHUNK = 64 * 1024
 CONNECT_TIMEOUT = 10.0
 IDLE_TIMEOUT = 600.0  # a proxied exchange silent for this long in both directions is dropped
@@ -98,23 +99,33 @@ class Refused(Exception):
 class IngressProxy:
     """The WSGI app serving every path under ``PREFIX``."""
 
-    def __init__(self, store: SandboxStore) -> None:
+    def __init__(self, store: SandboxStore, *, paths: bool = True) -> None:
         self._store = store
+        self._paths = paths  # the path form is served (else only the host form)
         self._lock = threading.Lock()
         # (sandbox id, port) -> the listener last found to be the sandbox's own.
         self._owners: dict[tuple[str, int], _listeners.Owner] = {}
         self._hangups = Hangups()
 
+    def claims(self, environ: dict[str, Any]) -> bool:
+        """Whether a request is a preview's (its ``Host``, or its path), not the API's."""
+        if host_form(environ) is not None:
+            return True
+        return self._paths and str(environ.get("PATH_INFO", "")).startswith(PREFIX)
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        named = host_form(environ)
         try:
-            sandbox_id, port, target = _split(environ)
+            if named is not None:  # the sandbox port's own origin: the whole path is the app's
+                (sandbox_id, port), target, prefix = named, _target(environ, ""), ""
+            else:
+                sandbox_id, port, target = _split(environ)
+                prefix = f"{PREFIX}{sandbox_id}/{port}"
             sandbox = self._sandbox(sandbox_id)
             listener = self._listener(sandbox, port)
         except Refused as refusal:
             return refusal.answer(start_response)
-        exchange = _Exchange(
-            environ, sandbox, listener, f"{PREFIX}{sandbox_id}/{port}", target, self._hangups
-        )
+        exchange = _Exchange(environ, sandbox, listener, prefix, target, self._hangups)
         if _upgrading(environ):
             return exchange.tunnel(start_response)
         return exchange.forward(start_response)
@@ -147,21 +158,21 @@ class IngressProxy:
         if not _listeners.can_check():
             return Listener.unchecked(port)
         key = (sandbox.id, port)
-        with self._lock:
-            known = self._owners.get(key)
-        if known is not None and known.still_holds():
-            return known.listener
-        found = _listeners.listeners(port)
+        found = _listeners.listeners(port)  # each time: another listener may join the port
         if not found:
             raise Refused(502, f"nothing listens on port {port} in sandbox {sandbox.id}")
+        with self._lock:
+            known = self._owners.get(key)
+        if known is not None and found == [known.listener] and known.still_holds():
+            return known.listener
         with sandbox.lock:
             processes = list(sandbox.processes.values())
         owner = _listeners.owner(found, (pid for p in processes for pid in p.tree_pids()))
         if owner is None:
             raise Refused(
                 502,
-                f"nothing of sandbox {sandbox.id} listens on port {port} (the emulator shares "
-                "the host's network: another sandbox or a host program holds that port)",
+                f"port {port} is not sandbox {sandbox.id}'s alone (the emulator shares the "
+                "host's network: another sandbox or a host program listens on that port)",
             )
         with self._lock:
             self._owners[key] = owner
@@ -263,8 +274,9 @@ class _Exchange:
             ("X-Forwarded-For", environ.get("REMOTE_ADDR") or "127.0.0.1"),
             ("X-Forwarded-Host", host),
             ("X-Forwarded-Proto", environ.get("wsgi.url_scheme", "http")),
-            ("X-Forwarded-Prefix", self.prefix),
         ]
+        if self.prefix:
+            headers.append(("X-Forwarded-Prefix", self.prefix))
         return headers
 
     def _location(self, value: str) -> str:
@@ -275,7 +287,7 @@ class _Exchange:
         host = self.environ.get("HTTP_HOST", "")
         port = self.listener.port
         ours = {host, f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
-        if parts.netloc not in ours or parts.path.startswith(self.prefix + "/"):
+        if parts.netloc not in ours or (self.prefix and parts.path.startswith(self.prefix + "/")):
             return value
         scheme = str(self.environ.get("wsgi.url_scheme", "http"))
         path = self.prefix + (parts.path or "/")
@@ -385,13 +397,18 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
                     return
 
 
-def _split(environ: dict[str, Any]) -> tuple[str, int, str]:
-    """(sandbox id, port, target to forward) from the raw request target."""
-    raw = environ.get("REQUEST_URI") or ""
-    if not raw.startswith(PREFIX):  # an absolute-form target: rebuild it from PATH_INFO
+def _target(environ: dict[str, Any], prefix: str) -> str:
+    """The raw request target (under ``prefix``), rebuilt from PATH_INFO if absolute-form."""
+    raw = str(environ.get("REQUEST_URI") or "")
+    if not raw.startswith(prefix or "/"):
         query = environ.get("QUERY_STRING") or ""
         raw = quote(environ.get("PATH_INFO") or "", safe="/%") + (f"?{query}" if query else "")
-    path, mark, query = raw.partition("?")
+    return raw
+
+
+def _split(environ: dict[str, Any]) -> tuple[str, int, str]:
+    """(sandbox id, port, target to forward) from the raw request target."""
+    path, mark, query = _target(environ, PREFIX).partition("?")
     sandbox_id, _, rest = path[len(PREFIX) :].partition("/")
     port_text, slash, tail = rest.partition("/")
     port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else 0

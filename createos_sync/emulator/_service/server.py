@@ -20,15 +20,16 @@ from .._state.builder import Build
 from .._state.sandboxes import LiveProcess, SandboxStore
 from .._state.templates import TemplateStore
 from .._wire import ApiError
+from . import previews as preview_urls
 from .app import App
 from .faults import FaultQueue
 from .httpd import Connections, serve
-from .ingress import PREFIX as INGRESS_PREFIX
 from .ratelimit import RateLimiter
 from .requestlog import RequestLog, RequestRecord
 from .tls import server_context
 
 if TYPE_CHECKING:
+    import requests
     from werkzeug.serving import BaseWSGIServer
 
     from createos_sync import Client
@@ -73,10 +74,12 @@ class Emulator:
         heartbeat_interval: float = 1.0,
         root_dir: str | Path | None = None,
         tls: bool = False,
+        previews: str = "auto",
     ) -> None:
         _check_loopback(host)
         if isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', not {isolation!r}")
+        preview_urls.check(previews, host)
         if network not in ("auto", "private", "shared"):
             raise ValueError(f"network must be 'auto', 'private' or 'shared', not {network!r}")
         if not 1 <= frame_bytes <= min(journal_bytes, MAX_FRAME_BYTES):
@@ -94,6 +97,7 @@ class Emulator:
         self._heartbeat = heartbeat_interval
         self._root_dir = Path(root_dir) if root_dir is not None else None
         self._tls = bool(tls)
+        self._previews_mode = previews
         self._tls_dir: str | None = None
         self.faults = FaultQueue()
         self._requests = RequestLog()
@@ -108,6 +112,7 @@ class Emulator:
         self.url = ""
         self.isolation = ""
         self.network = ""
+        self.previews = ""  # "host" (an origin per sandbox port) or "path", once started
         self.ca_path: str | None = None
 
     # -- lifecycle ---------------------------------------------------------
@@ -117,6 +122,7 @@ class Emulator:
         if self._server is not None:
             raise RuntimeError("the emulator is already started")
         isolation = choose(self._isolation_mode)
+        previews = preview_urls.choose(self._previews_mode, self._host)
         try:
             root = self._make_dirs()
             self._store = SandboxStore(
@@ -138,6 +144,7 @@ class Emulator:
                 limiter=self._limiter,
                 requests=self._requests,
                 heartbeat=self._heartbeat,
+                previews=previews,
             )
             tls = self._tls_context()
             self._server, self._connections = serve(self._host, self._port, app, tls)
@@ -147,7 +154,8 @@ class Emulator:
         port = self._server.server_address[1]
         shown = f"[{self._host}]" if ":" in self._host else self._host
         self.url = f"{'https' if tls else 'http'}://{shown}:{port}"
-        self._store.ingress_base = f"{self.url}{INGRESS_PREFIX}"
+        self._store.ingress_base = preview_urls.template(self.url, previews)
+        self.previews = previews
         self.isolation = isolation.name
         self.network = self._store.networks.name
         self._thread = threading.Thread(
@@ -228,6 +236,12 @@ class Emulator:
         self.close()
 
     # -- for tests ---------------------------------------------------------
+
+    def preview_session(self) -> requests.Session:
+        """A ``requests`` session that opens preview URLs as a browser does: ``*.localhost``
+        names reach this emulator whatever this machine's resolver says, and each
+        preview keeps its own cookies (see ``previews``)."""
+        return preview_urls.session(self._host, self.ca_path)
 
     def client(self, **kwargs: Any) -> Client:
         """A ``createos_sync.Client`` configured for this emulator (trusting its CA over TLS)."""

@@ -4,7 +4,8 @@ The real service is HTTPS: a new connection costs a TCP and a TLS handshake,
 which is what connection reuse saves and what benchmarks must be able to
 see. ``trustme`` (a small, maintained library made for exactly this, on top
 of ``cryptography``) makes a fresh CA for each emulator and issues a
-certificate for ``127.0.0.1``, ``::1`` and ``localhost``. Only the CA's
+certificate for ``127.0.0.1``, ``::1``, ``localhost`` and ``*.sb.localhost``
+(preview hosts). Only the CA's
 certificate is written out, for clients to trust; the keys stay in memory
 (trustme passes the server's through a private temporary file to
 ``load_cert_chain``, which reads only from files). Nothing is ever trusted
@@ -28,7 +29,7 @@ def server_context(directory: Path) -> tuple[ssl.SSLContext, Path]:
             "serving HTTPS needs the trustme package: pip install 'createos-sync[emulator]'"
         ) from None
     authority = trustme.CA(organization_name="createos-sync emulator")
-    leaf = authority.issue_cert("127.0.0.1", "::1", "localhost")
+    leaf = authority.issue_cert("127.0.0.1", "::1", "localhost", "*.sb.localhost")  # previews
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     leaf.configure_cert(context)
     ca_path = directory / CA_FILE

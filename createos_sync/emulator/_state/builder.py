@@ -1,7 +1,8 @@
 """One template build: the Dockerfile's steps, run for real in a scratch sandbox.
 
 ``FROM`` picks the base (a root file system of the catalog, or a ready
-template, whose layers and files the build starts from); each ``RUN`` is a
+template, whose layers and files the build starts from; a catalog base whose
+promise this machine cannot keep is refused, see ``bases``); each ``RUN`` is a
 real process in the scratch sandbox, with the ``ENV``/``ARG`` values and the
 ``WORKDIR`` set so far, in a network of the build's own as a sandbox's
 (``_netns``: private where the emulator gives sandboxes one) but with no
@@ -25,6 +26,7 @@ from .._machine.layers import PRIVATE, UPPER, remove_tree
 from .._machine.netns import Network
 from .._machine.processes import Command, StdinClosed
 from .._machine.storage import Storage
+from . import bases
 from .catalog import DEFAULT_ROOTFS, ROOTFS_NAMES
 from .dockerfile import (
     DockerfileError,
@@ -124,6 +126,11 @@ class Build:
             raise DockerfileError(
                 line, f"unknown base image {image[:64]!r} (known: {known}, or a ready template)"
             )
+        broken = bases.broken_promise(rootfs)
+        if broken is not None:
+            line = steps[0].line if named else 1
+            can = ", ".join(bases.honoured())
+            raise DockerfileError(line, f"{broken}: the bases it can honour here are {can}")
         template.base = rootfs
         self.storage = Storage(template.root, parent.lowers if parent is not None else ())
         self.storage.create()

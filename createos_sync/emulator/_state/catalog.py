@@ -51,6 +51,8 @@ ROOTFS = (
      "successor": None},
     {"name": "node-22", "description": "Ubuntu 24.04 with Node.js 22", "deprecated": False,
      "successor": None},
+    {"name": "desktop:1", "description": "A desktop for computer use (Xvfb, openbox, xterm)",
+     "deprecated": False, "successor": None},
 )  # fmt: skip
 ROOTFS_NAMES = tuple(str(entry["name"]) for entry in ROOTFS)
 

@@ -22,6 +22,7 @@ import itertools
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -168,7 +169,7 @@ class SandboxStore:
     ) -> None:
         self._root = root
         self.isolation = isolation
-        self.networks = Networks(network, isolation, root)
+        self.networks = Networks(network, isolation)
         self._agents = GuestAgents(self._agent_request)
         self._delay = transition_delay
         self._journal_bytes = journal_bytes
@@ -176,7 +177,11 @@ class SandboxStore:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, Sandbox] = {}
         self._counter = itertools.count(2)
-        # Set by the server once its address is known: preview URLs live under it.
+        # Called as a sandbox is destroyed, before its network goes (disks, networks, tokens).
+        self.on_destroy: list[Callable[[Sandbox], None]] = []
+        self.on_close: list[Callable[[], None]] = []
+        # Set by the server once its address is known: the ingress URL template, with
+        # "<sandbox id>" to fill in (``previews``).
         self.ingress_base = ""
         self._closed = threading.Event()
         # bubblewrap's --die-with-parent fires when the THREAD that spawned it
@@ -185,6 +190,11 @@ class SandboxStore:
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="emulator-spawner")
         self._ticker = threading.Thread(target=self._tick, name="emulator-autopause", daemon=True)
         self._ticker.start()
+
+    @property
+    def root(self) -> Path:
+        """The directory the sandboxes' storage (and the disks' buckets) live under."""
+        return self._root
 
     # -- lookup ------------------------------------------------------------
 
@@ -210,6 +220,15 @@ class SandboxStore:
         if status != "running":
             raise ApiError(409, f"sandbox is {status}, not running")
         return sandbox
+
+    def by_ip(self, ip: str) -> Sandbox:
+        """The live sandbox whose ``ip`` this is; 404 otherwise."""
+        with self._lock:
+            every = list(self._sandboxes.values())
+        for sandbox in every:
+            if sandbox.ip == ip and sandbox.settle() not in ("destroying", "destroyed"):
+                return sandbox
+        raise ApiError(404, "sandbox not found")
 
     def page(self, status: str | None, limit: int, offset: int) -> tuple[list[Sandbox], int]:
         with self._lock:
@@ -266,7 +285,7 @@ class SandboxStore:
             target=None,
             spawn_ms=round(self._delay * 1000),
             egress=list(spec.egress),
-            ingress_url_template=f"{self.ingress_base}{sandbox_id}/<port>/",
+            ingress_url_template=self.ingress_base.replace("<sandbox id>", sandbox_id),
         )
         sandbox.begin("creating", "running", self._delay)
         return sandbox
@@ -338,6 +357,8 @@ class SandboxStore:
             processes = list(sandbox.processes.values())
         for process in processes:
             process.stop()
+        for forget in self.on_destroy:
+            forget(sandbox)
         self._release_net(sandbox)
         self.isolation.release(sandbox.storage)
         sandbox.storage.remove()
@@ -457,6 +478,8 @@ class SandboxStore:
                 process.stop()
             self._release_net(sandbox)
         self._spawner.shutdown()
+        for close in self.on_close:
+            close()
         self._agents.close()
         self.networks.close()
         self.isolation.close()

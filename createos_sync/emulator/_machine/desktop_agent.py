@@ -1,0 +1,499 @@
+"""The desktop of one emulated ``desktop:1`` sandbox, run INSIDE that sandbox.
+
+Run as ``python3 -I -S -c <this source> W H`` (the standard library only), it
+starts an Xvfb display per screen (its frame buffer file gives screenshots)
+with openbox, then answers each JSON line on stdin with one on stdout:
+``{"id", "op", "screen", ...}`` -> ``{"id", "ok": true, "data"}`` or ``{"id",
+"ok": false, "status", "message"}`` (the first answer, id 0: did it start).
+xdotool, wmctrl and xclip run here, in the sandbox, so whatever the sandbox
+does to its display reaches only the sandbox; the clipboard's owner (xclip,
+in the background) lives as long as this process.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from typing import Any
+
+Request = dict[str, Any]
+
+DEFAULT_SIZE = (1024, 768)
+START_TIMEOUT = 10.0
+MAX_DISPLAYS = 200
+X_DIR = "/" + "tmp"  # spelled so: plain mode rewrites sandbox paths in a command's words
+TOOL_TIMEOUT = 20.0
+STOP_GRACE = 2.0
+SETTLE = 2.0  # how long a window change is waited for
+QUIET: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                         "stderr": subprocess.DEVNULL}  # fmt: skip
+BUTTONS = {"left": "1", "middle": "2", "right": "3"}
+WHEEL = {"up": "4", "down": "5"}
+# Key names a caller may know from other tools, as X keysyms (others are passed as given).
+KEY_ALIASES = {
+    "enter": "Return", "return": "Return", "esc": "Escape", "escape": "Escape",
+    "tab": "Tab", "backspace": "BackSpace", "delete": "Delete", "del": "Delete",
+    "space": "space", "up": "Up", "down": "Down", "left": "Left", "right": "Right",
+    "home": "Home", "end": "End", "pageup": "Prior", "pagedown": "Next",
+    "control": "ctrl", "meta": "super", "cmd": "super", "win": "super",
+}  # fmt: skip
+
+
+class Refused(Exception):
+    """A request that cannot be done, with the HTTP status the emulator answers."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Screen:
+    """One Xvfb display with its window manager, and the applications started on it."""
+
+    def __init__(self, screen_id: str, width: int, height: int) -> None:
+        self.id = screen_id
+        self.width = width
+        self.height = height
+        self.fbdir = tempfile.mkdtemp(prefix="createos-desktop-")
+        self.apps: list[subprocess.Popen[bytes]] = []
+        self.server, self.display = _start_server(width, height, self.fbdir)
+        self.env = {**os.environ, "DISPLAY": self.display}
+        self.wm = self.spawn(["openbox"])
+        self._wait_for_wm()
+
+    def _wait_for_wm(self) -> None:
+        """Until the window manager runs: a window mapped before it would never be listed."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and self.wm.poll() is None:
+            if subprocess.run(["wmctrl", "-m"], env=self.env, capture_output=True).returncode == 0:
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise Refused(500, "the window manager (openbox) did not start")
+
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start a program on this display, detached from the agent's pipes."""
+        return subprocess.Popen(argv, env=self.env, start_new_session=True, **QUIET)
+
+    def run(self, *argv: str, settle: float | None = None) -> str:
+        """Run an X tool on this display; its output. With ``settle``, a tool still waiting
+        after that many seconds is done: xdotool's ``--sync`` waits for a change, forever
+        when there is none (a window asked for the size it already has)."""
+        try:
+            timeout = settle or TOOL_TIMEOUT
+            done = subprocess.run(argv, env=self.env, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if settle is not None:
+                return ""
+            raise Refused(504, f"{argv[0]} did not answer") from None
+        if done.returncode != 0:
+            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise Refused(400, f"{argv[0]} failed: {lines[-1][:200] if lines else 'no message'}")
+        return done.stdout.decode("utf-8", "replace")
+
+    def to_json(self) -> dict[str, Any]:
+        ports = {"vnc_port": 0, "novnc_port": 0}  # no VNC server in the emulator
+        return {"screen_id": self.id, "display": self.display, **self.size(), **ports}
+
+    def size(self) -> dict[str, int]:
+        return {"width": self.width, "height": self.height}
+
+    def stop(self) -> None:
+        # TERM first: Xvfb then removes its lock file and socket.
+        processes = [*self.apps, self.wm, self.server]
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.fbdir, ignore_errors=True)
+
+
+def _start_server(width: int, height: int, fbdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    """An Xvfb on the first free display number (a killed server's lock is taken over),
+    on its socket file only: no abstract socket (the host's network may be shared), no TCP."""
+    for number in range(MAX_DISPLAYS):
+        if _alive(_lock_pid(number)):
+            continue  # another display's (a race for it is decided by Xvfb's lock)
+        argv = ["Xvfb", f":{number}", "-screen", "0", f"{width}x{height}x24", "-fbdir", fbdir]
+        argv += ["-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-noreset"]
+        server = subprocess.Popen(argv, **QUIET)
+        deadline = time.monotonic() + START_TIMEOUT
+        while server.poll() is None and time.monotonic() < deadline:
+            # Ours only once it holds the lock: until then, another server may answer there.
+            if _lock_pid(number) == server.pid and _answers(f":{number}"):
+                return server, f":{number}"
+            time.sleep(0.02)
+        if server.poll() is None:  # neither up nor refused in time: give up
+            server.kill()
+            server.wait()
+            break
+    raise Refused(500, "the virtual display (Xvfb) did not start")
+
+
+def _lock_pid(number: int) -> int | None:
+    try:
+        with open(f"{X_DIR}/.X{number}-lock", encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    try:
+        if pid is not None:
+            os.kill(pid, 0)
+        return pid is not None
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+
+
+def _answers(display: str) -> bool:
+    """Whether the X server accepts clients (its socket exists a moment before it does)."""
+    env = {**os.environ, "DISPLAY": display}
+    probe = ["xdotool", "getdisplaygeometry"]
+    return subprocess.run(probe, env=env, capture_output=True).returncode == 0
+
+
+# -- screenshots: the frame buffer file (XWD) to PNG ------------------------------
+
+Image = tuple[int, int, bytes]  # width, height, RGB rows
+
+
+def frame(screen: Screen) -> Image:
+    """The screen's pixels, read from Xvfb's frame buffer file (an XWD image)."""
+    with open(os.path.join(screen.fbdir, "Xvfb_screen0"), "rb") as f:
+        raw = f.read()
+    header = struct.unpack(">25I", raw[:100])
+    header_size, width, height, byte_order = header[0], header[4], header[5], header[7]
+    bits_per_pixel, line_bytes, ncolors = header[11], header[12], header[19]
+    if bits_per_pixel != 32:
+        raise Refused(500, "unsupported frame buffer depth")
+    start = header_size + ncolors * 12
+    rgb = bytearray(width * height * 3)
+    # Whole channels at a time (slices run in C): BGRX little-endian, XRGB big-endian.
+    order = (2, 1, 0) if byte_order == 0 else (1, 2, 3)
+    for row in range(height):
+        line = raw[start + row * line_bytes : start + row * line_bytes + width * 4]
+        out = memoryview(rgb)[row * width * 3 : (row + 1) * width * 3]
+        part = bytearray(width * 3)
+        for channel, offset in enumerate(order):
+            part[channel::3] = line[offset::4]
+        out[:] = part
+    return width, height, bytes(rgb)
+
+
+def crop(image: Image, x: int, y: int, w: int, h: int) -> Image:
+    width, height, rgb = image
+    w, h = min(w, width - x), min(h, height - y)
+    if x < 0 or y < 0 or w <= 0 or h <= 0:
+        raise Refused(400, "the region is outside the screen")
+    rows = (rgb[((y + r) * width + x) * 3 : ((y + r) * width + x + w) * 3] for r in range(h))
+    return w, h, b"".join(rows)
+
+
+def png(image: Image) -> bytes:
+    width, height, rgb = image
+    stride = width * 3
+    raw = b"".join(b"\x00" + rgb[r * stride : (r + 1) * stride] for r in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    chunks = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunks
+
+
+# -- the desktop: its screens and the operations on them ---------------------------
+
+
+class Desktop:
+    def __init__(self, width: int, height: int) -> None:
+        self.screens = {"screen-0": Screen("screen-0", width, height)}
+
+    def handle(self, request: Request) -> Any:
+        op = str(request.get("op"))
+        handler = getattr(self, "op_" + op.replace(".", "_"), None)
+        if handler is None:
+            raise Refused(400, "unknown operation")
+        return handler(request)
+
+    def screen(self, request: Request) -> Screen:
+        screen = self.screens.get(request.get("screen") or "screen-0")
+        if screen is None:
+            raise Refused(404, "screen not found")
+        return screen
+
+    def op_screenshot(self, request: Request) -> Any:
+        screen = self.screen(request)
+        image = frame(screen)
+        if request.get("window_id"):
+            g = self.geometry(screen, request["window_id"])
+            image = crop(image, g["x"], g["y"], g["width"], g["height"])
+        elif request.get("width") or request.get("height"):
+            w, h = request.get("width") or image[0], request.get("height") or image[1]
+            image = crop(image, request.get("x") or 0, request.get("y") or 0, w, h)
+        return {"png": base64.b64encode(png(image)).decode("ascii")}
+
+    def op_screen(self, request: Request) -> Any:
+        return self.screen(request).size()
+
+    def op_cursor(self, request: Request) -> Any:
+        values = _numbers(self.screen(request).run("xdotool", "getmouselocation", "--shell"))
+        return {"x": values["X"], "y": values["Y"]}
+
+    # mouse and keyboard
+    def op_mouse_move(self, request: Request) -> None:
+        self.screen(request).run("xdotool", "mousemove", *_xy(request))
+
+    def op_mouse_click(self, request: Request) -> None:
+        argv = ["xdotool"]
+        if request.get("x") is not None and request.get("y") is not None:
+            argv += ["mousemove", *_xy(request)]
+        count = str(request.get("count") or 1)
+        self.screen(request).run(*argv, "click", "--repeat", count, _button(request))
+
+    def op_mouse_scroll(self, request: Request) -> None:
+        amount, wheel = str(request.get("amount") or 1), WHEEL[request.get("direction") or "down"]
+        self.screen(request).run("xdotool", "click", "--repeat", amount, wheel)
+
+    def op_mouse_drag(self, request: Request) -> None:
+        start, end = _xy(request["from"]), _xy(request["to"])
+        self.screen(request).run(
+            "xdotool", "mousemove", *start, "mousedown", "1", "mousemove", *end, "mouseup", "1",
+        )  # fmt: skip
+
+    def op_mouse_down(self, request: Request, verb: str = "mousedown") -> None:
+        self.screen(request).run("xdotool", verb, _button(request))
+
+    def op_mouse_up(self, request: Request) -> None:
+        self.op_mouse_down(request, "mouseup")
+
+    def op_keyboard_type(self, request: Request) -> None:
+        delay = str(request.get("delay_in_ms") or 12)
+        self.screen(request).run("xdotool", "type", "--delay", delay, "--", request["text"])
+
+    def op_keyboard_press(self, request: Request) -> None:
+        chord = "+".join(_keysym(key) for key in request["keys"])
+        self.screen(request).run("xdotool", "key", "--", chord)
+
+    def op_keyboard_down(self, request: Request, verb: str = "keydown") -> None:
+        self.screen(request).run("xdotool", verb, "--", *map(_keysym, request["keys"]))
+
+    def op_keyboard_up(self, request: Request) -> None:
+        self.op_keyboard_down(request, "keyup")
+
+    # clipboard and applications
+    def op_clipboard_get(self, request: Request) -> Any:
+        screen = self.screen(request)
+        try:
+            return {"text": screen.run("xclip", "-selection", "clipboard", "-o")}
+        except Refused:
+            return {"text": ""}  # nobody owns the clipboard yet
+
+    def op_clipboard_set(self, request: Request) -> None:
+        # xclip stays in the background as the clipboard's owner: no pipe may stay with it.
+        env, text = self.screen(request).env, request["text"]
+        argv, quiet = ["xclip", "-selection", "clipboard", "-i"], {**QUIET, "stdin": None}
+        done = subprocess.run(argv, env=env, input=text.encode(), timeout=TOOL_TIMEOUT, **quiet)
+        if done.returncode != 0:
+            raise Refused(400, "xclip failed")
+
+    def op_launch(self, request: Request) -> None:
+        screen, application = self.screen(request), request["application"]
+        if shutil.which(application) is None:
+            raise Refused(404, "application not found")
+        screen.apps.append(screen.spawn([application, *filter(None, [request.get("uri")])]))
+
+    def op_open(self, request: Request) -> None:
+        screen = self.screen(request)
+        if shutil.which("xdg-open") is None:
+            raise Refused(501, "xdg-open is not installed in this desktop")
+        screen.apps.append(screen.spawn(["xdg-open", request["target"]]))
+
+    # windows (ids are decimal X window ids, as xdotool writes them)
+    def op_windows_list(self, request: Request) -> Any:
+        found: list[dict[str, str]] = []
+        application = (request.get("application") or "").lower()
+        try:
+            listing = self.screen(request).run("wmctrl", "-l", "-x")
+        except Refused:  # openbox removes its client list with its last window
+            return found
+        for line in listing.splitlines():
+            parts = line.split(None, 4)  # id, desktop, class, host, title
+            if len(parts) < 4 or parts[1] == "-1":  # -1: sticky parts of the desktop itself
+                continue
+            if application and application not in parts[2].lower().split("."):
+                continue
+            title = parts[4] if len(parts) > 4 else ""
+            found.append({"id": str(int(parts[0], 16)), "title": title})
+        return found
+
+    def op_windows_current(self, request: Request) -> Any:
+        screen = self.screen(request)
+        try:
+            window = screen.run("xdotool", "getactivewindow").strip()
+        except Refused:
+            raise Refused(404, "no window is active") from None
+        return self.window(screen, window)
+
+    def op_windows_get(self, request: Request) -> Any:
+        return self.window(self.screen(request), request["window"])
+
+    def op_windows_geometry(self, request: Request) -> Any:
+        return self.geometry(self.screen(request), request["window"])
+
+    def op_windows_focus(self, request: Request) -> None:
+        self.xdotool(request, "windowactivate", "--sync", request["window"])
+
+    def op_windows_move(self, request: Request) -> None:
+        self.xdotool(request, "windowmove", "--sync", request["window"], *_xy(request))
+
+    def op_windows_resize(self, request: Request) -> None:
+        size = str(request["width"]), str(request["height"])
+        self.xdotool(request, "windowsize", "--sync", request["window"], *size)
+
+    def op_windows_minimize(self, request: Request) -> None:
+        self.xdotool(request, "windowminimize", "--sync", request["window"])
+
+    def op_windows_maximize(self, request: Request) -> None:
+        self.wmctrl(request, "-r", "-b", "add,maximized_vert,maximized_horz")
+
+    def op_windows_restore(self, request: Request) -> None:
+        self.wmctrl(request, "-r", "-b", "remove,maximized_vert,maximized_horz")
+        self.wmctrl(request, "-a")  # and out of the minimized state
+
+    def op_windows_close(self, request: Request) -> None:
+        self.wmctrl(request, "-c")
+
+    def xdotool(self, request: Request, *argv: str) -> None:
+        screen = self.screen(request)
+        self.window(screen, request["window"])
+        screen.run("xdotool", *argv, settle=SETTLE)
+
+    def wmctrl(self, request: Request, flag: str, *rest: str) -> None:
+        screen = self.screen(request)
+        self.window(screen, request["window"])
+        screen.run("wmctrl", "-i", flag, hex(int(request["window"])), *rest)
+
+    def window(self, screen: Screen, window: str) -> Any:
+        listed = {w["id"]: w for w in self.op_windows_list({"screen": screen.id})}
+        if window not in listed:
+            raise Refused(404, "window not found")
+        return listed[window]
+
+    def geometry(self, screen: Screen, window: str) -> dict[str, Any]:
+        self.window(screen, window)
+        values = _numbers(screen.run("xdotool", "getwindowgeometry", "--shell", window))
+        names = {"x": "X", "y": "Y", "width": "WIDTH", "height": "HEIGHT"}
+        return {"id": window, **{k: values[v] for k, v in names.items()}, "screen": 0}
+
+    # screens
+    def op_screens_list(self, request: Request) -> Any:
+        return [screen.to_json() for screen in self.screens.values()]
+
+    def op_screens_get(self, request: Request) -> Any:
+        return self.screen(request).to_json()
+
+    def op_screens_create(self, request: Request) -> Any:
+        free = [f"screen-{n}" for n in range(8) if f"screen-{n}" not in self.screens]
+        if not free:
+            raise Refused(409, "every screen is in use")
+        width = request.get("width") or DEFAULT_SIZE[0]
+        height = request.get("height") or DEFAULT_SIZE[1]
+        self.screens[free[0]] = Screen(free[0], width, height)
+        return self.screens[free[0]].to_json()
+
+    def op_screens_resize(self, request: Request) -> Any:
+        # Xvfb cannot change its size: the display starts again, at the new size.
+        old = self.screen(request)
+        width, height = request.get("width") or old.width, request.get("height") or old.height
+        old.stop()
+        self.screens[old.id] = Screen(old.id, width, height)
+        return self.screens[old.id].to_json()
+
+    def op_screens_delete(self, request: Request) -> None:
+        screen = self.screen(request)
+        if screen.id == "screen-0":
+            raise Refused(400, "screen-0 is the desktop's own screen")
+        del self.screens[screen.id]
+        screen.stop()
+
+    def stop(self) -> None:
+        for screen in self.screens.values():
+            screen.stop()
+
+
+def _xy(point: Request) -> tuple[str, str]:
+    return str(int(point["x"])), str(int(point["y"]))
+
+
+def _button(request: Request) -> str:
+    return BUTTONS[request.get("button") or "left"]
+
+
+def _keysym(key: str) -> str:
+    return "+".join(KEY_ALIASES.get(part.lower(), part) for part in key.split("+"))
+
+
+def _numbers(text: str) -> dict[str, int]:
+    """The integer variables of xdotool's ``--shell`` output."""
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if value.lstrip("-").isdigit():
+            values[name] = int(value)
+    return values
+
+
+def _answer(answer: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    width, height = (int(v) for v in sys.argv[1:3])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        desktop = Desktop(width, height)
+    except (OSError, Refused) as exc:
+        status = exc.status if isinstance(exc, Refused) else 500
+        _answer({"id": 0, "ok": False, "status": status, "message": str(exc)})
+        return
+    _answer({"id": 0, "ok": True, "data": desktop.screens["screen-0"].to_json()})
+    try:
+        for line in sys.stdin:
+            request: Request = {}
+            try:
+                request = json.loads(line)
+                answer = {"ok": True, "data": desktop.handle(request)}
+            except Refused as exc:
+                answer = {"ok": False, "status": exc.status, "message": exc.message}
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                answer = {"ok": False, "status": 400, "message": f"bad {type(exc).__name__}"}
+            answer["id"] = request.get("id", 0) if isinstance(request, dict) else 0
+            _answer(answer)
+    finally:
+        desktop.stop()
+
+
+if __name__ == "__main__":
+    main()
