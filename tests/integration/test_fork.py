@@ -115,7 +115,8 @@ def test_a_lost_fork_answer_is_recovered_and_the_fork_destroyed(
 
     assert "was found and destroyed" in str(caught.value)
     assert set(emulator.live_sandboxes()) == before
-    assert [op for op, _ in operations(emulator)] == [
+    # (Status polls, if the fork is still being made when it is found, are left out.)
+    assert [op for op, _ in operations(emulator) if op != "sandbox.get"] == [
         "sandbox.fork",  # performed, then the connection was cut
         "sandbox.list",
         "exec",  # its marker, read: this lease's
