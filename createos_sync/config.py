@@ -175,6 +175,27 @@ def normalize_base_url(url: str) -> str:
     return f"{parts.scheme}://{netloc}{path}"
 
 
+def service_key(base_url: str) -> str:
+    """What identifies a service among base URLs that spell it differently: the key of
+    every local record of it (the lease journal's claims, ``reap``'s choice of entries).
+
+    Host case, the loopback spellings (``localhost``, ``127.0.0.1``, ``[::1]``),
+    a default port and a trailing ``/`` or ``/v1`` make no difference.
+    """
+    try:
+        parts = urlsplit(normalize_base_url(base_url))
+        port = parts.port
+    except (ConfigError, ValueError):
+        return base_url  # not a URL this package would use: only itself matches it
+    host = parts.hostname or ""
+    if host in _LOOPBACK_HOSTS:
+        host = "loopback"
+    if port == {"https": 443, "http": 80}[parts.scheme]:
+        port = None
+    netloc = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{netloc}{f':{port}' if port is not None else ''}{parts.path}"
+
+
 def _positive_seconds(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} must be a number of seconds")

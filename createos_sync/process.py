@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from ._commands.command import Command, Gate, unwrap
-from ._commands.execution import Execution, StdinData, launch, release
+from ._commands.execution import Execution, StdinData, gone_with_its_sandbox, launch, release
 from ._commands.follow import Deliver
 from ._commands.output import Capture, LiveOutput, fan_out
 from ._commands.terminal import Size, checked_size
@@ -24,7 +24,7 @@ from ._sandboxes.containment import DEFAULT_GRACE
 from ._wire import api as _api
 from ._wire.deadline import Deadline
 from ._wire.ndjson import Exit
-from .errors import CreateosCleanupError, OperationTimeout, SandboxUnavailable
+from .errors import CreateosCleanupError, LeaseClosed, OperationTimeout, SandboxUnavailable
 from .models import ProcessInfo
 from .result import RunResult, describe_args
 
@@ -99,7 +99,7 @@ class Process:
             self._exit = self._execution.follow(Deadline.after(math.inf), attached)
         except BaseException as exc:  # handed to wait(); the process is stopped below
             self._error = exc
-            if not self._box.closing.is_set():
+            if not (self._box.closing.is_set() or gone_with_its_sandbox(exc)):
                 self._execution.terminate()
         finally:
             self._execution.follower.flush()
@@ -184,10 +184,12 @@ class Process:
         echoed, a line ends with ``"\r"`` (Enter), ``"\x03"`` is Ctrl-C.
 
         Raises ValueError when its stdin is closed (given as ``stdin=``, or
-        ``close_stdin()`` was called).
+        ``close_stdin()`` was called); ``LeaseClosed`` once the lease closes
+        (before any request).
         """
         if not isinstance(data, (str, bytes)):
             raise TypeError("data must be str or bytes")
+        self._refuse_after_close()
         if not self._stdin_open:
             raise ValueError("this process's stdin is closed (it was given stdin= or closed)")
         payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -224,9 +226,15 @@ class Process:
         if not self.terminal:
             raise ValueError(f"process {self.id} is not on a terminal: start it with pty=...")
         rows, cols = checked_size(rows, cols)
+        self._refuse_after_close()
         _api.resize_terminal(
             self._box.transport, self._box.sandbox_id, self.id, rows, cols, self._box.deadline()
         )
+
+    def _refuse_after_close(self) -> None:
+        """``LeaseClosed`` before any request once the lease closes (its processes end)."""
+        if self._box.closing.is_set():
+            raise LeaseClosed(f"the lease of process {self.id} is closed")
 
     def terminate(self, grace: float = DEFAULT_GRACE) -> None:
         """SIGTERM the process tree, SIGKILL what remains after ``grace`` seconds.

@@ -39,6 +39,9 @@ def _isolated_environment(
         if name.startswith("CREATEOS_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("CREATEOS_SYNC_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    # Tests leave dead owners' entries on purpose: no lease reaps them behind a test's back
+    # (tests/integration/test_reap.py turns it on where that is what is tested).
+    monkeypatch.setenv("CREATEOS_SYNC_AUTO_REAP", "off")
     yield
 
 

@@ -27,13 +27,14 @@ from ..errors import (
     CreateosError,
     LeaseClosed,
     ProtocolError,
+    SandboxUnavailable,
     add_note,
     may_have_taken_effect,
     restated,
 )
 from ..result import RunResult, describe_args
 from .command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, CommandTooLong, Gate
-from .follow import Deliver, Follower, Keep
+from .follow import REFUSED_FOR_A_DEAD_SANDBOX, Deliver, Follower, Keep
 from .output import Capture
 from .recovery import ServiceRecovery
 from .terminal import EOF_KEY, Size
@@ -89,8 +90,9 @@ def launch(
                 secrets=command.secrets(),
             )  # fmt: skip
         except BaseException as exc:
-            if isinstance(exc, CreateosApiError) and exc.status == 409:
-                # The sandbox may have failed: that, not "HTTP 409", is what the caller must learn.
+            if isinstance(exc, CreateosApiError) and exc.status in REFUSED_FOR_A_DEAD_SANDBOX:
+                # The sandbox may be gone or failed: that, not "HTTP 404", is what the caller
+                # must learn (1 read, on that path only).
                 detail = "it can no longer start processes"
                 _sandbox.raise_if_unavailable(
                     box.transport, box.sandbox_id, deadline, detail, box.explain
@@ -153,9 +155,9 @@ class Execution:
     ) -> None:
         self.box = box
         self.id = process_id
-        recovery = ServiceRecovery(box, process_id)
+        self.recovery = ServiceRecovery(box, process_id)
         self.follower = Follower(
-            self._connect, deliver, keep=keep, after=after, sleep=box.sleep, recovery=recovery
+            self._connect, deliver, keep=keep, after=after, sleep=box.sleep, recovery=self.recovery
         )
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
@@ -164,10 +166,18 @@ class Execution:
         )
 
     def follow(self, deadline: Deadline, release: Callable[[], None] | None = None) -> Exit | None:
-        """Follow output to the exit frame; None if the deadline came first."""
+        """Follow output to the exit frame; None if the deadline came first.
+
+        A SIGKILL that closing did not send may be the sandbox dying under the
+        process (its ttl watchdog, a command deleting it): the sandbox is read
+        (1 request, on that path only), and ``SandboxUnavailable`` (or
+        ``LeaseExpired``) raised when it is gone, not an ordinary result.
+        """
         exit_frame = self.follower.follow(deadline, release)
         if exit_frame is not None:
             self.box.table.finished(self.id)
+            if exit_frame.signal == "SIGKILL" and not self.box.closing.is_set():
+                self.recovery.check_sandbox(self.box.deadline())
         return exit_frame
 
     def terminate(self, grace: float = DEFAULT_GRACE) -> bool:
@@ -192,6 +202,11 @@ class Execution:
             and exit_frame.signal is not None
             and self.box.table.was_cut(self.id)
         )
+
+
+def gone_with_its_sandbox(exc: BaseException) -> bool:
+    """Whether ``exc`` says the sandbox is gone: its processes with it, none to terminate."""
+    return isinstance(exc, SandboxUnavailable) and exc.status in ("destroying", "destroyed")
 
 
 def stop(execution: Execution, escalate: Callable[[], None]) -> None:
@@ -239,6 +254,8 @@ def run(
             deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
         )
     except BaseException as exc:
+        if gone_with_its_sandbox(exc):
+            raise
         if not (box.closing.is_set() and isinstance(exc, CreateosError)):
             stop(execution, escalate)
             raise

@@ -1,8 +1,10 @@
 """Background machinery in one place: one scheduler thread serves every lease of the process.
 
 What runs while the user is not calling us (ttl renewals, ``max_lifetime``
-expiry) is a job of the one ``Scheduler``: started lazily by the first job,
-stopped at interpreter exit, restarted empty in a forked child. Short jobs
+expiry) is a job of the one ``Scheduler``: its thread starts with the first
+job and ends once it has had none for ``IDLE`` seconds (a library leaves no
+thread behind when it has nothing to do; the next job starts it again); it
+is stopped at interpreter exit, and restarted empty in a forked child. Short jobs
 (one request, such as a renewal) run on its thread, one after the other; a
 job that may take long (closing a lease) gets a thread of its own, so that
 it never delays another lease's renewal.
@@ -29,6 +31,7 @@ from collections.abc import Callable
 log = logging.getLogger("createos_sync.background")
 
 SLICE = 2.0  # seconds: the longest single wait of the scheduler thread
+IDLE = 2.0  # seconds without a job after which the scheduler thread ends
 STOP_TIMEOUT = 1.0
 
 
@@ -110,15 +113,25 @@ class Scheduler:
             return [job.name for _, _, job in sorted(self._queue) if not job.cancelled]
 
     def _next(self) -> Job | None:
-        """The next due job, waiting for it; None once stopped."""
+        """The next due job, waiting for it; None (the thread ends) once stopped, or once
+        idle for ``IDLE`` seconds: the next job starts a new thread."""
+        idle_since: float | None = None
         with self._ready:
             while not self._stopped:
                 while self._queue and self._queue[0][2].cancelled:
                     heapq.heappop(self._queue)
-                if self._queue and self._queue[0][0] <= self._clock():
+                if not any(not job.cancelled for _, _, job in self._queue):
+                    self._queue.clear()
+                    idle_since = self._clock() if idle_since is None else idle_since
+                    if self._clock() - idle_since >= IDLE:
+                        break
+                    self._ready.wait(min(self._slice, IDLE))
+                    continue
+                idle_since = None
+                if self._queue[0][0] <= self._clock():
                     return heapq.heappop(self._queue)[2]
-                wait = self._queue[0][0] - self._clock() if self._queue else None
-                self._ready.wait(self._slice if wait is None else min(wait, self._slice))
+                self._ready.wait(min(self._queue[0][0] - self._clock(), self._slice))
+            self._thread = None
             return None
 
     def _run(self) -> None:

@@ -1,53 +1,44 @@
 """Forks: a sandbox made from another one's disk; a creation, so never repeated blind.
 
-The service takes no name on a fork (the official fork body has none), so a
-fork whose answer was lost cannot be found by its name as a creation is
-(``_sandbox.ByName``). A fork goes through the same ``_sandbox.created`` as
-a creation, with ``LostFork`` as its recovery. The rule, after an unknown
-outcome (500, 502, 504, a lost or malformed answer, an interruption):
+The service takes no name on a fork, so a fork carries its lease's unique
+journal name in its environment instead (``MARKER``, in the request's
+``envs``: no extra request; the service lays a fork's ``envs`` over its
+source's). A fork goes through the same ``_sandbox.created`` as a creation,
+with ``LostFork`` as its recovery. After an unknown outcome (500, 502, 504,
+a lost or malformed answer, an interruption), the rule is: destroy only
+what can be proven to be this fork.
 
-1. List the sandboxes. The *candidates* are those that name the source as
-   ``forked_from``, are not destroyed, were created no earlier than
-   ``CLOCK_MARGIN`` seconds before the request left (the margin absorbs the
-   skew between this machine's clock and the service's), and that no lease on
-   this machine has claimed: no fork this process got an answer for, and no
-   sandbox id in the lease journal. When no answer came at all and nothing
-   is found, the listing is repeated after the pauses of ``_sandbox.late_looks``
-   (the fork may still be on its way).
-2. Other forks of the same source that are in flight would blur the picture,
-   so a recovery in this process first waits until every fork of that source
-   sent from this process has its answer (those whose answers are lost too
-   join the same recovery), and holds new ones back until it is done; forks
-   of the same source still in flight in other processes of this machine
-   (journal entries without a sandbox id) are waited for, within the cleanup
-   deadline.
-3. No candidate: the fork was not made. No more candidates than lost forks,
-   and nothing of that source left unanswered on this machine: they are the
-   lost forks, and are destroyed. Anything else (more candidates than lost
-   forks: someone else forked the same source in the window; or a fork still
-   unanswered): the lease cannot tell its own from another's, destroys none,
-   and raises ``CreateosCleanupError`` naming them all.
+1. List the sandboxes. The *candidates* are the live forks of the source
+   that no lease of this machine claims (no fork this process got an answer
+   for, no sandbox id in the lease journal). There is no time window: the
+   service's clock may be far off ours, and the marker decides, not the time.
+2. Read each candidate's marker (a one-shot ``printenv``, once it runs). The
+   one that carries this fork's name is this fork: it is destroyed. A
+   candidate with another marker, or none, is someone else's (another
+   lease, another machine, a ``journal=False`` lease): it is never touched.
+3. None found: when no answer came at all, the listing is repeated after
+   the pauses of ``_sandbox.late_looks`` (the fork may still be on its way).
+   Still none, and every candidate read: no fork was made. Some candidate
+   could not be read (paused, failed to answer): the outcome is unsettled,
+   ``CreateosCleanupError`` names those candidates and the journal entry
+   stays, for ``reap`` (which applies the same rule).
 
 A fork found this way is destroyed, not adopted, as a creation whose reply
-was lost is: a sandbox attributed by a listing is never run in. The caller
-may fork again; the error says what is known. 429 and 503 are refusals (the
-service did not process the request) and are retried by the transport, as
-for every creation (``_retry.REFUSED_STATUSES``).
+was lost is. The caller may fork again; the error says what is known. 429
+and 503 are refusals (the service did not process the request) and are
+retried by the transport, as for every creation (``_retry.REFUSED_STATUSES``).
 
 Request budget of a fork: 1 request, plus status polls until it settles;
 after a lost answer, 1 listing per 500 sandboxes (3 when no answer came and
-nothing is found) plus 1 destroy per fork found.
+nothing is found), 1 marker read per candidate (plus its status polls while
+it is still being made), 1 destroy for the fork found.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 import attrs
@@ -57,11 +48,11 @@ from .._wire import retry as _retry
 from .._wire.deadline import Deadline
 from .._wire.http import Transport
 from .._wire.server_text import checked_id
+from ..config import service_key
 from ..errors import (
+    CreateosApiError,
     CreateosCleanupError,
     CreateosError,
-    Operation,
-    OperationTimeout,
     SandboxUnavailable,
     may_have_taken_effect,
     restated,
@@ -69,123 +60,44 @@ from ..errors import (
 from ..models import SANDBOX_TRANSITIONAL, SandboxInfo
 from . import sandbox as _sandbox
 from . import shield as _shield
-from .journal import Entry, Journal
+from .journal import Journal
 
 log = logging.getLogger("createos_sync.fork")
 
-CLOCK_MARGIN = 30.0
+MARKER = "CREATEOS_SYNC_FORK"  # in a fork's env: the journal name of the lease that made it
 GONE = frozenset({"destroying", "destroyed"})
+
+# The forks this process got an answer for, by service: never a lost fork, never read.
+_claimed: dict[str, set[str]] = {}
+_claimed_lock = threading.Lock()
+
+
+def marked(body: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The fork request's body, its ``envs`` carrying ``name`` as the marker."""
+    return {**body, "envs": {**body.get("envs", {}), MARKER: name}}
+
+
+def _claim(transport: Transport, sandbox_id: str) -> None:
+    with _claimed_lock:
+        _claimed.setdefault(service_key(transport.config.base_url), set()).add(sandbox_id)
+
+
+def _claims(transport: Transport) -> set[str]:
+    with _claimed_lock:
+        return set(_claimed.get(service_key(transport.config.base_url), ()))
 
 
 @attrs.frozen
 class _Verdict:
-    """What a recovery found out about the lost forks of one round."""
+    """What a recovery found out: the fork destroyed, or the candidates it could not read."""
 
-    destroyed: tuple[str, ...] = ()
+    destroyed: str | None = None
+    unread: tuple[str, ...] = ()
     failure: CreateosCleanupError | None = None
 
 
-@attrs.define
-class _Round:
-    """The forks of one source whose answers were lost, recovered together."""
-
-    names: list[str] = attrs.Factory(list)
-    sent_at: float = float("inf")
-    verdict: _Verdict | None = None
-
-
-class _Gate:
-    """The forks of one source sent from this process: in flight, claimed, being recovered."""
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.in_flight = 0
-        self.claimed: set[str] = set()
-        self.round: _Round | None = None
-
-    def wait_calm(self, deadline: Deadline) -> None:
-        """Wait until no recovery of this source is under way."""
-        with self.cond:
-            if not self.cond.wait_for(
-                lambda: self.round is None, timeout=max(0.0, deadline.remaining())
-            ):
-                raise OperationTimeout(
-                    Operation.SANDBOX_FORK,
-                    deadline.seconds,
-                    "a recovery of a lost fork of the same source was still under way",
-                )
-
-    def enter(self) -> bool:
-        """Count a fork in flight if no recovery is under way (else False: wait again)."""
-        with self.cond:
-            if self.round is not None:
-                return False
-            self.in_flight += 1
-            return True
-
-    def answered(self, sandbox_id: str | None) -> None:
-        with self.cond:
-            self.in_flight -= 1
-            if sandbox_id is not None:
-                self.claimed.add(sandbox_id)
-            self.cond.notify_all()
-
-    def lost(self, name: str, sent_at: float) -> tuple[_Round, bool]:
-        """Join (or open) the recovery round; True when this fork leads it."""
-        with self.cond:
-            self.in_flight -= 1
-            leads = self.round is None
-            if self.round is None:
-                self.round = _Round()
-            self.round.names.append(name)
-            self.round.sent_at = min(self.round.sent_at, sent_at)
-            self.cond.notify_all()
-            return self.round, leads
-
-    def drain(self, deadline: Deadline) -> int:
-        """Wait until no fork of this source is in flight; how many still are."""
-        with self.cond:
-            self.cond.wait_for(lambda: self.in_flight == 0, timeout=max(0.0, deadline.remaining()))
-            return self.in_flight
-
-    def close_round(self, verdict: _Verdict) -> None:
-        with self.cond:
-            assert self.round is not None
-            self.round.verdict = verdict
-            self.round = None
-            self.cond.notify_all()
-
-    def await_verdict(self, round_: _Round, deadline: Deadline) -> _Verdict | None:
-        with self.cond:
-            self.cond.wait_for(
-                lambda: round_.verdict is not None, timeout=max(0.0, deadline.remaining())
-            )
-            return round_.verdict
-
-
-_gates: dict[tuple[str, str], _Gate] = {}
-_gates_lock = threading.Lock()
-
-
-def _reset_after_fork() -> None:
-    # A child of os.fork() has none of its parent's forks in flight, and a lock a parent
-    # thread held at that moment would never be released here.
-    global _gates_lock
-    _gates.clear()
-    _gates_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def _gate(base_url: str, source_id: str) -> _Gate:
-    with _gates_lock:
-        return _gates.setdefault((base_url, source_id), _Gate())
-
-
 class LostFork:
-    """The recovery of one fork (``_sandbox.Recovery``): by its source, as the module says."""
+    """The recovery of one fork (``_sandbox.Recovery``): by its marker, as the module says."""
 
     def __init__(
         self,
@@ -197,66 +109,166 @@ class LostFork:
     ) -> None:
         self.transport = transport
         self.source_id = source_id
-        self.name = name  # the fork's journal entry
+        self.name = name  # the fork's journal entry, and its marker
         self.journal = journal
         self.deadline = deadline
-        self.gate = _gate(transport.config.base_url, source_id)
-        self.round: _Round | None = None  # set once the answer is lost
-        self.leads = False
+        self.sent = False
         self.verdict: _Verdict | None = None
 
     def attempt(self, request: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
-        """Send the fork, counted among its source's forks in flight until it is answered."""
-        while True:  # called held: only the waits let an interrupt in
-            with _shield.delivered():
-                self.gate.wait_calm(self.deadline)
-            if self.gate.enter():
-                break
-        sent_at = time.time()
-        try:
-            with _shield.delivered():
-                record = request()
-            sandbox_id = checked_id(record.get("id"), "sandbox id in the answer to a sandbox fork")
-        except BaseException as exc:
-            if may_have_taken_effect(exc):
-                self.round, self.leads = self.gate.lost(self.name, sent_at)
-            else:
-                self.gate.answered(None)
-            raise
-        self.gate.answered(sandbox_id)
+        """Send the fork (held: only the wait lets an interrupt in)."""
+        self.sent = True
+        with _shield.delivered():
+            record = request()
+        _claim(self.transport, checked_id(record.get("id"), "sandbox id in the answer to a fork"))
         return record
 
     def recover(
         self, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
     ) -> CreateosCleanupError | None:
-        round_ = self.round
-        if round_ is None:
-            return None  # interrupted before it was sent: nothing was asked for
-        if self.leads:
-            recovery = _Recovery(self.transport, self.source_id, self.journal, deadline, sleep)
-            self.verdict = recovery.run(self.gate, round_, _sandbox.late_looks(exc))
-        else:
-            self.verdict = self.gate.await_verdict(round_, deadline) or _Verdict(
-                failure=_unknown(self.source_id, "its recovery did not finish in time")
-            )
+        if not self.sent or not may_have_taken_effect(exc):
+            return None  # nothing was asked for, or it was refused
+        self.verdict = _Search(self, deadline, sleep).run(_sandbox.late_looks(exc))
         return self.verdict.failure
 
     def explained(self, exc: BaseException) -> BaseException:
         if self.verdict is None:
             return exc
         if self.verdict.destroyed:
-            found = f"fork {', '.join(self.verdict.destroyed)} was found and destroyed"
+            found = f"fork {self.verdict.destroyed} was found and destroyed"
         else:
-            found = "no fork of it made since the request exists"
-        gone = f"the outcome of forking {self.source_id} was unknown; {found}"
-        return restated(exc, gone)
+            found = "no fork of it carrying this lease's marker exists"
+        return restated(exc, f"the outcome of forking {self.source_id} was unknown; {found}")
 
     def interrupted(self) -> CreateosCleanupError:
         return _unknown(
             self.source_id,
-            "looking for it was interrupted (`createos-sync reap` resolves it by its source "
+            "looking for it was interrupted (`createos-sync reap` finds it by its marker "
             "from the lease journal)",
         )
+
+
+class _Search:
+    """List, read the candidates' markers, destroy the one that is this fork's."""
+
+    def __init__(self, lost: LostFork, deadline: Deadline, sleep: _retry.Sleep) -> None:
+        self.lost = lost
+        self.transport = lost.transport
+        self.deadline = deadline
+        self.sleep = sleep
+        self.read: set[str] = set()  # candidates whose marker was read (not ours)
+
+    def run(self, pauses: tuple[float, ...]) -> _Verdict:
+        source = self.lost.source_id
+        try:
+            for pause in (0.0, *pauses):
+                if pause:
+                    with _shield.delivered():
+                        self.sleep(pause)
+                with _shield.delivered():
+                    listing = list(_api.list_sandboxes(self.transport, self.deadline))
+                if not _api.reports_forks(listing):
+                    return _Verdict(failure=_unknown(source, "the service does not list forks"))
+                verdict = self._identify(listing)
+                if verdict.destroyed or verdict.failure:
+                    return verdict
+        except CreateosError as exc:
+            log.error("could not look for a lost fork of %s: %s", source, exc)
+            return _Verdict(failure=_unknown(source, "its sandbox could not be looked up"))
+        if verdict.unread:
+            return _Verdict(unread=verdict.unread, failure=_unsettled(source, verdict.unread))
+        return verdict
+
+    def _identify(self, listing: list[dict[str, Any]]) -> _Verdict:
+        claimed = _claims(self.transport) | journaled_ids(self.lost.journal, self.transport)
+        infos = [SandboxInfo.from_api(item) for item in listing]
+        unread = []
+        for fork in candidates(infos, self.lost.source_id, claimed | self.read):
+            marker = read_marker(self.transport, fork, self.deadline, self.sleep)
+            if marker is None:
+                unread.append(fork.id)
+                continue
+            self.read.add(fork.id)
+            if marker == self.lost.name:
+                return self._destroy(fork.id)
+        return _Verdict(unread=tuple(unread))
+
+    def _destroy(self, sandbox_id: str) -> _Verdict:
+        log.warning("fork %s of %s was made although its answer was lost: destroying it",
+                    sandbox_id, self.lost.source_id)  # fmt: skip
+        with _shield.delivered():
+            destroyed = _sandbox.destroy(self.transport, sandbox_id, self.deadline)
+        if destroyed:
+            return _Verdict(destroyed=sandbox_id)
+        return _Verdict(
+            failure=CreateosCleanupError(
+                f"fork {sandbox_id} of {self.lost.source_id} was made although its answer "
+                "was lost, and destroying it failed: it may still be running",
+                sandbox_id=sandbox_id,
+                sandbox_destroyed=False,
+            )
+        )
+
+
+def candidates(
+    sandboxes: list[SandboxInfo], source_id: str, claimed: set[str]
+) -> list[SandboxInfo]:
+    """The live forks of ``source_id`` that nobody here claims (their ids checked)."""
+    found = []
+    for s in sandboxes:
+        if s.forked_from == source_id and s.status not in GONE and s.id not in claimed:
+            checked_id(s.id, "sandbox id in the sandbox listing")
+            found.append(s)
+    return found
+
+
+def journaled_ids(journal: Journal | None, transport: Transport) -> set[str]:
+    """The sandbox ids the lease journal records for this service (claimed by a lease)."""
+    if journal is None:  # journal=False: no other lease's claims are known here
+        return set()
+    try:
+        entries = journal.entries()
+    except OSError as exc:  # the markers still decide: a claim only saves a read
+        log.warning("the lease journal could not be read: %s", exc)
+        return set()
+    key = service_key(transport.config.base_url)
+    return {
+        e.sandbox_id
+        for e in entries
+        if e.sandbox_id is not None and service_key(e.base_url) == key
+    }
+
+
+def read_marker(
+    transport: Transport, fork: SandboxInfo, deadline: Deadline, sleep: _retry.Sleep
+) -> str | None:
+    """The fork's marker (``""``: it has none, or is gone); None when it cannot be read.
+
+    1 request (a one-shot ``printenv``), plus status polls while the fork is
+    still being made. A paused fork is not read: that would mean resuming it.
+    """
+    try:
+        with _shield.delivered():
+            status = fork.status
+            if status in SANDBOX_TRANSITIONAL:
+                status = _sandbox.settle(transport, fork.id, deadline, sleep).status
+            if status in GONE:
+                return ""
+            if status != "running":
+                return None
+            result = _api.exec_command(transport, fork.id, "printenv", [MARKER], deadline)
+    except CreateosApiError as exc:
+        if exc.status == 404:
+            return ""  # gone meanwhile
+        log.warning("could not read the marker of fork %s: %s", fork.id, exc)
+        return None
+    except CreateosError as exc:
+        log.warning("could not read the marker of fork %s: %s", fork.id, exc)
+        return None
+    stdout = result.get("stdout")
+    if result.get("exit_code") not in (0, 1) or not isinstance(stdout, str):
+        return None  # printenv exits 1 when the variable is not set
+    return stdout.strip()
 
 
 def _unknown(source_id: str, why: str) -> CreateosCleanupError:
@@ -268,173 +280,13 @@ def _unknown(source_id: str, why: str) -> CreateosCleanupError:
     )
 
 
-class _Recovery:
-    """The leader's side of a recovery round: list, attribute, destroy (see module docstring)."""
-
-    def __init__(
-        self,
-        transport: Transport,
-        source_id: str,
-        journal: Journal | None,
-        deadline: Deadline,
-        sleep: _retry.Sleep,
-    ) -> None:
-        self.transport = transport
-        self.source_id = source_id
-        self.journal = journal
-        self.deadline = deadline
-        self.sleep = sleep
-
-    def run(self, gate: _Gate, round_: _Round, pauses: tuple[float, ...]) -> _Verdict:
-        verdict = _Verdict(failure=_unknown(self.source_id, "its recovery was interrupted"))
-        try:
-            with _shield.delivered():
-                unanswered = gate.drain(self.deadline)
-            with gate.cond:
-                lost, claimed = len(round_.names), set(gate.claimed)
-            verdict = self._decide(round_, lost, claimed, unanswered, pauses)
-        finally:
-            gate.close_round(verdict)
-        return verdict
-
-    def _decide(
-        self,
-        round_: _Round,
-        lost: int,
-        claimed: set[str],
-        unanswered: int,
-        pauses: tuple[float, ...],
-    ) -> _Verdict:
-        try:
-            with _shield.delivered():
-                unanswered += self._wait_for_other_processes(round_.names)
-            found = self._look(round_.sent_at - CLOCK_MARGIN, claimed, pauses)
-        except CreateosError as exc:
-            log.error("could not look for a lost fork of %s: %s", self.source_id, exc)
-            return _Verdict(failure=_unknown(self.source_id, "its sandbox could not be looked up"))
-        if found is None:
-            return _Verdict(failure=_unknown(self.source_id, "the service does not list forks"))
-        if not found:
-            return _Verdict()
-        if len(found) > lost or unanswered:
-            return _Verdict(failure=_ambiguous(self.source_id, found))
-        return self._destroy(found)
-
-    def _look(self, since: float, claimed: set[str], pauses: tuple[float, ...]) -> list[str] | None:
-        """The candidates (None: the listing does not say which sandboxes are forks)."""
-        for pause in (0.0, *pauses):
-            if pause:
-                with _shield.delivered():
-                    self.sleep(pause)
-            with _shield.delivered():
-                listing = list(_api.list_sandboxes(self.transport, self.deadline))
-            if not _api.reports_forks(listing):
-                return None
-            # Read after the listing: a fork another lease got meanwhile is claimed by now.
-            found = _candidates(listing, self.source_id, since, claimed | self._journaled_ids())
-            if found:
-                return found
-        return []
-
-    def _destroy(self, found: list[str]) -> _Verdict:
-        for sandbox_id in found:
-            log.warning("fork %s of %s was made although its answer was lost: destroying it",
-                        sandbox_id, self.source_id)  # fmt: skip
-            with _shield.delivered():
-                destroyed = _sandbox.destroy(self.transport, sandbox_id, self.deadline)
-            if not destroyed:
-                return _Verdict(
-                    failure=CreateosCleanupError(
-                        f"fork {sandbox_id} of {self.source_id} was made although its answer "
-                        "was lost, and destroying it failed: it may still be running",
-                        sandbox_id=sandbox_id,
-                        sandbox_destroyed=False,
-                    )
-                )
-        return _Verdict(destroyed=tuple(found))
-
-    def _entries(self) -> list[Entry]:
-        if self.journal is None:  # journal=False: no other lease's claims are known here
-            return []
-        try:
-            entries = self.journal.entries()
-        except OSError as exc:  # an unreadable journal hides no claim of this process
-            log.warning("the lease journal could not be read: %s", exc)
-            return []
-        base_url = self.transport.config.base_url
-        return [e for e in entries if e.base_url == base_url]
-
-    def _journaled_ids(self) -> set[str]:
-        return {e.sandbox_id for e in self._entries() if e.sandbox_id is not None}
-
-    def _wait_for_other_processes(self, ours: list[str]) -> int:
-        """Wait for other live processes' forks of the source to be answered; how many are not.
-
-        This process's own forks are the gate's: one journaled but not sent
-        yet waits for this very recovery, and must not be waited for here.
-        """
-        me = (socket.gethostname(), os.getpid())
-
-        def in_flight() -> list[str]:
-            return [
-                e.name
-                for e in self._entries()
-                if e.fork_from == self.source_id
-                and e.sandbox_id is None
-                and e.name not in ours
-                and (e.host, e.pid) != me
-                and e.owner_alive() is not False
-            ]
-
-        try:
-            _retry.poll(
-                in_flight,
-                lambda names: not names,
-                deadline=self.deadline,
-                operation=Operation.SANDBOX_FORK,
-                sleep=self.sleep,
-            )
-        except OperationTimeout:
-            return len(in_flight())
-        return 0
-
-
-def _candidates(
-    listing: list[dict[str, Any]], source_id: str, since: float, claimed: set[str]
-) -> list[str]:
-    infos = [SandboxInfo.from_api(item) for item in listing]
-    found = unclaimed_forks(infos, source_id, since, claimed)
-    return [checked_id(sandbox_id, "sandbox id in the sandbox listing") for sandbox_id in found]
-
-
-def unclaimed_forks(
-    sandboxes: list[SandboxInfo], source_id: str, since: float, claimed: set[str]
-) -> list[str]:
-    """Ids of the live forks of ``source_id`` made since ``since`` that nobody claims."""
-    return [
-        s.id
-        for s in sandboxes
-        if s.forked_from == source_id
-        and s.status not in GONE
-        and s.created_at is not None
-        and _epoch(s.created_at) >= since
-        and s.id not in claimed
-    ]
-
-
-def _epoch(moment: datetime) -> float:
-    if moment.tzinfo is None:  # the service speaks UTC
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
-
-
-def _ambiguous(source_id: str, found: list[str]) -> CreateosCleanupError:
+def _unsettled(source_id: str, unread: tuple[str, ...]) -> CreateosCleanupError:
     return CreateosCleanupError(
-        f"forking {source_id} had an unknown outcome, and {len(found)} recent fork(s) of it "
-        f"that no lease here claims exist ({', '.join(found)}): one may be this lease's, "
-        "another someone else's, so none was destroyed; destroy yours with "
-        "`createos-sync destroy ID`",
-        sandbox_id=found[0] if len(found) == 1 else None,
+        f"forking {source_id} had an unknown outcome, and the marker of fork(s) "
+        f"{', '.join(unread)} could not be read (paused, or not answering): one may be this "
+        "lease's, so the lease journal keeps its entry for `createos-sync reap`; none was "
+        "destroyed",
+        sandbox_id=unread[0] if len(unread) == 1 else None,
         sandbox_destroyed=None,
     )
 

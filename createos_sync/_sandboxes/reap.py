@@ -21,16 +21,22 @@ says so). Finding that out costs one TCP connection attempt, no request.
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 import attrs
 
+from .._wire.deadline import Deadline
+from ..config import service_key
 from ..errors import CreateosError
 from ..network import is_loopback
-from .fork import CLOCK_MARGIN, unclaimed_forks
+from . import background as _background
+from .fork import candidates, read_marker
 from .journal import Entry, Journal, Unreadable
 
 if TYPE_CHECKING:
@@ -42,6 +48,12 @@ Action = Literal[
 ]
 Confirm = Callable[[Entry], bool]
 PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at once if closed
+AUTO_ENV = "CREATEOS_SYNC_AUTO_REAP"  # "off": opening a lease reaps nothing
+
+log = logging.getLogger("createos_sync.reap")
+
+_swept: set[str] = set()  # the services this process has swept (once each)
+_swept_lock = threading.Lock()
 
 
 @attrs.frozen
@@ -78,10 +90,11 @@ def reap(
 
     An entry without a sandbox id (the process died while the creation was
     in flight) is resolved by its unique name; a fork's (the service takes
-    no name on a fork) by the rule of ``_fork``: the one fork of its source
-    made since the entry that no journal entry claims (several: none is
-    destroyed, and the entry is reported as failed). Resolved entries are removed
-    from the journal; an entry whose sandbox could not be destroyed is kept,
+    no name on a fork) by the rule of ``_fork``: the fork of its source that
+    carries the entry's name in its env (a fork whose marker cannot be read,
+    a paused one, is never destroyed: the entry is reported as failed and
+    kept). Resolved entries are removed from the journal; an entry whose
+    sandbox could not be destroyed is kept,
     so that a later reap tries again. Nothing is changed when ``dry_run``.
 
     ``all=True`` also destroys the sandboxes of owners that still run on
@@ -94,7 +107,8 @@ def reap(
     exists) and kept for a human; every other entry is still reaped.
 
     Request budget: one listing (only if an entry lacks its sandbox id, shared
-    by all of them) plus one destroy per sandbox found.
+    by all of them) plus one destroy per sandbox found; for a fork's entry,
+    1 marker read per unclaimed fork of its source (each read once).
     """
     journal = journal if journal is not None else Journal()
     base_url = client.config.base_url
@@ -121,10 +135,45 @@ def reap(
     return outcomes
 
 
+def sweep_in_background(client: Client, journal: Journal) -> None:
+    """Once per process and service, when a lease opens: ``reap`` in the background.
+
+    A crashed script's sandboxes (its owner is dead: SIGKILL, a crash, a
+    creation cut before its ttl watchdog was armed) are gone by the next run,
+    no command needed; live owners' and other hosts' entries are never
+    touched. Each outcome is logged at INFO (a failure at WARNING). Costs
+    nothing when nothing is left; else what ``reap`` costs, paced with every
+    other request. ``CREATEOS_SYNC_AUTO_REAP=off`` turns it off.
+    """
+    if os.environ.get(AUTO_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+        return
+    key = service_key(client.config.base_url)
+    with _swept_lock:
+        if key in _swept:
+            return
+        _swept.add(key)
+    _background.scheduler().call_later(
+        0.0, lambda: _sweep(client, journal), name="reap of dead owners' sandboxes", own_thread=True
+    )
+
+
+def _sweep(client: Client, journal: Journal) -> None:
+    try:
+        outcomes = reap(client, journal=journal)
+    except Exception as exc:  # the client closed meanwhile, say: the entries stay for later
+        log.warning("reaping the sandboxes of dead leases failed (%s): %s", type(exc).__name__, exc)
+        return
+    for outcome in outcomes:
+        if outcome.action in ("destroyed", "forgotten"):
+            log.info("reaped a dead lease's entry: %s", outcome.describe())
+        elif outcome.action == "failed":
+            log.warning("could not reap a dead lease's entry: %s", outcome.describe())
+
+
 def _reason_to_skip(
     entry: Entry, base_url: str, everything: bool, confirm: Confirm | None
 ) -> str | None:
-    if entry.base_url != base_url:
+    if service_key(entry.base_url) != service_key(base_url):
         return f"recorded for {entry.base_url} (reap there with CREATEOS_API_URL={entry.base_url})"
     alive = entry.owner_alive()
     if alive is None:
@@ -171,24 +220,27 @@ def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: 
         sandbox_ids: tuple[str, ...] = (entry.sandbox_id,)
     else:
         try:
-            sandbox_ids = by_name.forks(entry) if entry.fork_from else by_name(entry.name)
+            sandbox_ids, unread = by_name.forks(entry) if entry.fork_from else (
+                by_name(entry.name), ()
+            )  # fmt: skip
         except CreateosError as exc:
             return Reaped(entry.name, "failed", f"{why}; looking it up failed: {exc}")
-        if len(sandbox_ids) > 1 and entry.fork_from:
-            found = ", ".join(sandbox_ids)
+        if not sandbox_ids and unread:
+            found = ", ".join(unread)
             return Reaped(
                 entry.name,
                 "failed",
-                f"{why}; its fork is one of {found}: destroy it with `createos-sync destroy ID`",
+                f"{why}; its fork may be one of {found}, whose marker could not be read "
+                "(paused?): check with `createos-sync ls`, then destroy it by id",
             )
         if not sandbox_ids:
-            missing = "no unclaimed fork of its source" if entry.fork_from else (
-                "no sandbox of its name"
+            missing = "no fork of its source carries its marker" if entry.fork_from else (
+                "no sandbox of its name exists"
             )  # fmt: skip
             return Reaped(
                 entry.name,
                 "would forget" if dry_run else "forgotten",
-                f"{why}; {missing} exists",
+                f"{why}; {missing}",
             )
     if dry_run:
         return Reaped(entry.name, "would destroy", why, sandbox_ids)
@@ -223,17 +275,18 @@ def _ids(entry: Entry) -> tuple[str, ...]:
 
 
 class _NameLookup:
-    """Sandbox ids by name (or, for a fork, by source), from one listing made on first use."""
+    """Sandbox ids by name (or, for a fork, by marker), from one listing made on first use."""
 
     def __init__(self, client: Client, claimed: set[str]) -> None:
-        self._list: Callable[[], list[SandboxInfo]] = client.sandboxes
+        self._client = client
         self._sandboxes: list[SandboxInfo] | None = None
         self._by_name: dict[str, list[str]] | None = None
         self._claimed = claimed  # the journal's sandbox ids: no lost fork is one of them
+        self._markers: dict[str, str | None] = {}  # each fork's marker, read once
 
     def _listing(self) -> list[SandboxInfo]:
         if self._sandboxes is None:
-            self._sandboxes = self._list()
+            self._sandboxes = self._client.sandboxes()
         return self._sandboxes
 
     def __call__(self, name: str) -> tuple[str, ...]:
@@ -244,7 +297,18 @@ class _NameLookup:
                     self._by_name.setdefault(sandbox.name, []).append(sandbox.id)
         return tuple(self._by_name.get(name, ()))
 
-    def forks(self, entry: Entry) -> tuple[str, ...]:
+    def forks(self, entry: Entry) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The fork carrying ``entry``'s marker, and the forks whose marker could not be read."""
         assert entry.fork_from is not None
-        since = entry.created_at - CLOCK_MARGIN
-        return tuple(unclaimed_forks(self._listing(), entry.fork_from, since, self._claimed))
+        transport = self._client.transport
+        ours, unread = [], []
+        for fork in candidates(self._listing(), entry.fork_from, self._claimed):
+            if fork.id not in self._markers:
+                deadline = Deadline.after(transport.config.timeout)
+                self._markers[fork.id] = read_marker(transport, fork, deadline, self._client.sleep)
+            marker = self._markers[fork.id]
+            if marker == entry.name:
+                ours.append(fork.id)
+            elif marker is None:
+                unread.append(fork.id)
+        return tuple(ours), tuple(unread)

@@ -33,9 +33,9 @@ HANDLED = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
 
-# Main-thread state: the stack of modes (True = held), the handlers replaced while
-# holding, and the signals received meanwhile.
-_modes: list[bool] = []
+# Main-thread state: the stack of modes, the handlers replaced while holding, and the
+# signals received meanwhile.
+_modes: list[_Mode] = []
 _saved: dict[int, Callable[[int, FrameType | None], Any]] = {}
 _pending: list[int] = []
 
@@ -82,7 +82,7 @@ def _carry_notes(source: BaseException, target: BaseException) -> None:
 
 def _apply(propagating: BaseException | None) -> None:
     """Make the handlers match the innermost mode."""
-    hold = bool(_modes) and _modes[-1]
+    hold = bool(_modes) and _modes[-1].hold
     if hold and not _saved:
         _install()
     elif not hold and _saved:
@@ -92,18 +92,19 @@ def _apply(propagating: BaseException | None) -> None:
 
 class _Mode:
     def __init__(self, hold: bool) -> None:
-        self._hold = hold
+        self.hold = hold
         self._active = False
 
     def __enter__(self) -> None:
         main = threading.current_thread() is threading.main_thread()
-        if not main or not (self._hold or _modes):
+        if not main or not (self.hold or _modes):
             return  # delivered() outside held() changes nothing
-        _modes.append(self._hold)
         try:
+            _modes.append(self)
             _apply(None)
         except BaseException:
-            _modes.pop()  # a held signal was delivered on entry: the block does not run
+            if _modes and _modes[-1] is self:  # (an interrupt may land before the append)
+                _modes.pop()  # a held signal was delivered on entry: the block does not run
             _apply(None)
             raise
         self._active = True
@@ -117,7 +118,14 @@ class _Mode:
         if self._active:
             self._active = False
             _modes.pop()
-            _apply(exc)
+            try:
+                _apply(exc)
+            except BaseException as raised:
+                # A signal landing as the handlers come back (not only one held meanwhile)
+                # still carries what names a sandbox.
+                if exc is not None and raised is not exc:
+                    _carry_notes(exc, raised)
+                raise
 
 
 def held() -> _Mode:

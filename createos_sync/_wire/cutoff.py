@@ -34,6 +34,7 @@ import urllib3.connectionpool
 from .deadline import Deadline
 
 _lock = threading.Lock()  # guards every claim, release and firing
+IDLE = 2.0  # seconds without a request in flight after which the alarm thread ends
 _local = threading.local()
 
 
@@ -45,7 +46,8 @@ class Cutoff:
         self._over = False
         self._conn: _Claimable | None = None
         self.at = time.monotonic() + deadline.remaining()
-        if math.isfinite(self.at):
+        self._scheduled = math.isfinite(self.at)
+        if self._scheduled:
             _ALARMS.schedule(self)
 
     @contextlib.contextmanager
@@ -63,6 +65,8 @@ class Cutoff:
         with _lock:
             self._over = True
             self._let_go()
+        if self._scheduled:
+            _ALARMS.finished(self)
 
     def _claim(self, conn: _Claimable) -> None:
         with _lock:
@@ -103,11 +107,14 @@ def _shut(conn: _Claimable) -> None:
 
 
 class _Alarms:
-    """One daemon thread firing cutoffs at their time; started on first use."""
+    """One daemon thread firing cutoffs at their time: started when a request needs it,
+    ended once no request has been in flight for ``IDLE`` seconds (a library leaves no
+    thread behind when it has nothing to do)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Cutoff]] = []
+        self._live: set[Cutoff] = set()  # scheduled, neither fired nor over
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -115,6 +122,7 @@ class _Alarms:
         with self._cond:
             self._drop_finished()
             heapq.heappush(self._heap, (cutoff.at, next(self._order), cutoff))
+            self._live.add(cutoff)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="createos-cutoff", daemon=True
@@ -124,6 +132,12 @@ class _Alarms:
                 self._cond.notify()  # due before the one the thread sleeps until
             # else the thread's sleep ends earlier anyway: no wake-up per request
 
+    def finished(self, cutoff: Cutoff) -> None:
+        with self._cond:
+            self._live.discard(cutoff)
+            if not self._live:
+                self._cond.notify()  # the thread starts counting its idle time
+
     def _drop_finished(self) -> None:
         # Most requests end long before their deadline: forget them now and then.
         if len(self._heap) > 1024:
@@ -131,17 +145,34 @@ class _Alarms:
             heapq.heapify(self._heap)
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(wait)
-                due = heapq.heappop(self._heap)[2]
+        while (due := self._next()) is not None:
             due._fire()
+
+    def _next(self) -> Cutoff | None:
+        """The next cutoff due, waiting for it; None (the thread ends) once idle."""
+        with self._cond:
+            while True:
+                if not self._live:
+                    self._heap.clear()
+                    if not self._cond.wait_for(lambda: self._live, IDLE):
+                        self._thread = None
+                        return None
+                while self._heap and self._heap[0][2]._over:
+                    heapq.heappop(self._heap)
+                if not self._heap:  # the last one is over, and about to say so
+                    self._cond.wait(IDLE)
+                    continue
+                wait = self._heap[0][0] - time.monotonic()
+                if wait <= 0:
+                    due = heapq.heappop(self._heap)[2]
+                    self._live.discard(due)
+                    return due
+                self._cond.wait(wait)
 
     def reset_after_fork(self) -> None:
         self._cond = threading.Condition()
         self._heap = []
+        self._live = set()
         self._thread = None
 
 

@@ -22,6 +22,9 @@ from .._sandboxes import (
     journal as _journal,
 )
 from .._sandboxes import (
+    reap as _reap,
+)
+from .._sandboxes import (
     registry as _registry,
 )
 from .._sandboxes import (
@@ -32,14 +35,12 @@ from .._sandboxes import (
 )
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
-from .._sandboxes.containment import CleanupTime, terminate_unfinished
 from .._sandboxes.journal import Journal
 from .._sandboxes.options import LeaseOptions, OnExit, check_on_exit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import (
     CreateosCleanupError,
-    CreateosError,
     LeaseClosed,
     SandboxUnavailable,
     add_note,
@@ -48,6 +49,7 @@ from ..errors import (
 )
 from ..models import SandboxInfo
 from . import _ttl
+from ._closing import Containment
 from ._making import Record, make
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ log = logging.getLogger("createos_sync.lease")
 L = TypeVar("L", bound="LeaseCore")
 
 
-class LeaseCore:
+class LeaseCore(Containment):
     """Owns one sandbox from ``open()`` to ``close()``; the capability mixins build on it."""
 
     def __init__(
@@ -89,6 +91,7 @@ class LeaseCore:
         self._watchdog = Watchdog(options.effective_ttl)
         self._expired = False
         self._pending_failure: CreateosCleanupError | None = None
+        self._settled = False  # destroyed, or left as on_exit asked: nothing to name
         self._opened_at: float | None = None
         self._attached = Attachments()  # disks, networks, a token: let go of at close
 
@@ -197,6 +200,8 @@ class LeaseCore:
             self._state = "open"
             self._opened_at = time.monotonic()
         _registry.add(self)
+        if self._record.journal is not None:  # what crashed scripts left: gone by the next run
+            _reap.sweep_in_background(self._client, self._record.journal)
         if self._options.max_lifetime is not None:
             self._lifetime = _background.scheduler().call_later(
                 self._options.max_lifetime,
@@ -297,6 +302,13 @@ class LeaseCore:
                 not be destroyed (or paused) as ``on_exit`` asked.
         """
         on_exit = check_on_exit(on_exit)
+        # Interrupts wait while the bookkeeping runs, and act at once during requests and
+        # waits (see _shield): whatever instant they land at, the sandbox is gone or the
+        # exception that escapes names it (and its journal entry stays).
+        with _shield.held():
+            self._close(fresh_session, on_exit)
+
+    def _close(self, fresh_session: bool, on_exit: OnExit | None) -> None:
         with self._lock:
             if on_exit is not None and self._state in ("opening", "open"):
                 self._on_exit = on_exit
@@ -314,7 +326,8 @@ class LeaseCore:
             elif state == "opening":
                 self._state = "closing"  # open() sees it, and undoes itself
         if state != "open":
-            self._closed_event.wait()
+            with _shield.delivered():
+                self._closed_event.wait()
             if state == "opening" and self._abandoned is not None:
                 raise CreateosCleanupError(
                     str(self._abandoned),
@@ -329,87 +342,14 @@ class LeaseCore:
         failure: CreateosCleanupError | None = None
         try:
             failure = self._contain()
+        except BaseException as exc:
+            self._name_leftovers(exc)
+            raise
         finally:
             self._finish_close()
         if failure is not None:
             log.error("%s", failure)
             raise failure
-
-    def _contain(self) -> CreateosCleanupError | None:
-        box = self._box
-        if box is None:
-            return None
-        if self._watchdog.gone:  # deleted by its watchdog (or by someone else): nothing is left
-            self._forget_journal()
-            return None
-        budget = CleanupTime.of(box.transport)
-        try:
-            terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
-        except KeyboardInterrupt:
-            log.warning(
-                "interrupted while terminating processes: destroying sandbox %s", box.sandbox_id
-            )
-            if _sandbox.destroy(box.transport, box.sandbox_id, self._cleanup_deadline()):
-                self._forget_journal()
-            raise
-        destroys = box.table.poisoned or self._on_exit == "destroy"
-        return self._attached.letting_go(box, budget, destroys, lambda: self._dispose(box, budget))
-
-    def _dispose(self, box: Box, budget: CleanupTime) -> CreateosCleanupError | None:
-        """Destroy, keep or pause the sandbox, as the containment rule and ``on_exit`` say."""
-        if box.table.poisoned:
-            return self._destroy_poisoned(box, budget.destroy())
-        if self._on_exit == "destroy":
-            self._watchdog.cancel()  # destroyed with its sandbox: no request of its own
-            if not _sandbox.destroy(box.transport, box.sandbox_id, budget.destroy()):
-                return CreateosCleanupError(
-                    f"sandbox {box.sandbox_id} could not be destroyed: it may still be running "
-                    f"(retry with `createos-sync destroy {box.sandbox_id}`)",
-                    sandbox_id=box.sandbox_id,
-                    sandbox_destroyed=False,
-                )
-            self._info = None
-            self._forget_journal()
-            return None
-        kept = "kept" if self._on_exit == "keep" else "paused"
-        failure = _ttl.stop(self._watchdog, box.sandbox_id, kept, budget)
-        if failure is not None:
-            return failure
-        if self._watchdog.gone:  # found deleted while stopping it: nothing is left
-            self._forget_journal()
-            return None
-        if self._on_exit == "pause":
-            try:
-                self._info = _sandbox.pause(
-                    box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
-                )
-            except CreateosError as exc:
-                return CreateosCleanupError(
-                    f"sandbox {box.sandbox_id} could not be paused ({exc}): it is still running",
-                    sandbox_id=box.sandbox_id,
-                    sandbox_destroyed=None,
-                )
-        self._forget_journal()
-        return None
-
-    def _destroy_poisoned(self, box: Box, deadline: Deadline) -> CreateosCleanupError:
-        why, suspects = box.table.why_poisoned(), box.table.unconfirmed_ids
-        self._watchdog.cancel()
-        destroyed = _sandbox.destroy(box.transport, box.sandbox_id, deadline)
-        if destroyed:
-            self._forget_journal()
-            outcome = f"sandbox {box.sandbox_id} was destroyed instead"
-        else:
-            outcome = (
-                f"destroying sandbox {box.sandbox_id} failed too: it may still be running "
-                f"(retry with `createos-sync destroy {box.sandbox_id}`)"
-            )
-        return CreateosCleanupError(
-            f"containment unconfirmed: {why}; {outcome}",
-            sandbox_id=box.sandbox_id,
-            process_ids=suspects,
-            sandbox_destroyed=destroyed,
-        )
 
     def _destroy_now(self) -> None:
         """A second Ctrl-C during cleanup: destroy the sandbox at once, whatever on_exit says."""
@@ -437,9 +377,6 @@ class LeaseCore:
         if self._owns_client:
             self._client.close()
 
-    def _forget_journal(self) -> None:
-        self._record.forget()
-
     def _expire(self) -> None:
         self._expired = True
         if self._box is not None:
@@ -454,9 +391,6 @@ class LeaseCore:
         except CreateosCleanupError as exc:
             with self._lock:
                 self._pending_failure = exc  # the next close() raises it
-
-    def _cleanup_deadline(self) -> Deadline:
-        return Deadline.after(self._client.transport.config.cleanup_timeout)
 
     def __enter__(self: L) -> L:
         return self.open()

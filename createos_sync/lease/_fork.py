@@ -48,15 +48,16 @@ class ForkMethods(LeaseCore):
         Request budget: 1 fork plus status polls until it runs (or is paused),
         plus 1 for its ttl watchdog (made at its first ``resume()`` when
         ``start_paused``); after a lost answer, 1 listing per 500 sandboxes
-        and 1 destroy per fork found.
+        (3 when no answer came at all), 1 marker read per unclaimed fork of
+        the source, and 1 destroy for the fork found.
 
         Raises:
             ValueError, TypeError: invalid arguments, before any request.
             LeaseClosed: this lease is not open.
             CreateosApiError: the fork was refused, or its outcome was unknown
                 (the message says what was found and destroyed).
-            CreateosCleanupError: a fork may exist that could not be destroyed
-                or told apart from another's.
+            CreateosCleanupError: a fork may exist that could not be destroyed,
+                or whose marker could not be read (the journal keeps its entry).
         """
         options = LeaseOptions(
             name=name,

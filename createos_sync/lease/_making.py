@@ -2,8 +2,8 @@
 
 The engines: ``_sandbox.created`` sends the request, checks the id and, on
 an unknown outcome, finds and destroys what the request may have made (a
-creation by its unique name; a fork, which takes no name, by its source:
-``_fork.LostFork``). Here: the journal entry first, then the request, then
+creation by its unique name; a fork, which takes no name, by the marker in
+its env: ``_fork.LostFork``). Here: the journal entry first, then the request, then
 the wait until the sandbox runs (or, for ``start_paused``, is paused).
 """
 
@@ -133,7 +133,7 @@ def _make(
     """Make a sandbox (``send`` a creation, or a fork of ``fork_of``), journaled.
 
     A creation carries a unique name, by which a lost answer is recovered; a
-    fork takes no name, so its entry names its source, by which a lost
+    fork takes no name, so it carries the name in its env, by which a lost
     answer is recovered (``_fork.LostFork``). From the moment its id is
     known, the sandbox is ``record.made_id``, which a failed ``open()``
     destroys.
@@ -143,7 +143,8 @@ def _make(
     recovery = None
     if fork_of is None:
         body = {**body, "name": name}
-    else:
+    else:  # the service takes no name on a fork: its env carries the name instead
+        body = _fork.marked(body, name)
         recovery = _fork.LostFork(transport, fork_of, name, record.journal, deadline)
     record.add(Entry(name=name, base_url=transport.config.base_url, fork_from=fork_of))
     info = _sandbox.created(

@@ -31,6 +31,7 @@ def emulator_env(emulator: Emulator, **extra: str) -> dict[str, str]:
         CREATEOS_API_URL=emulator.url,
         CREATEOS_API_KEY=emulator.api_key,
         CREATEOS_SYNC_STATE_DIR=os.environ["CREATEOS_SYNC_STATE_DIR"],
+        CREATEOS_SYNC_AUTO_REAP="off",  # as in this process (tests/conftest.py)
         PYTHONUNBUFFERED="1",
         PYTHONFAULTHANDLER="1",  # a hung child shows where it waits (see finish)
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -12,6 +14,7 @@ from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator, Fault
 
 from .helpers import operations
+from .subprocesses import emulator_env, finish, read_until
 
 
 def _prepared(box: Lease, tool: str) -> None:
@@ -112,11 +115,63 @@ def test_a_lost_fork_answer_is_recovered_and_the_fork_destroyed(
 
     assert "was found and destroyed" in str(caught.value)
     assert set(emulator.live_sandboxes()) == before
-    assert [op for op, _ in operations(emulator)] == [
+    # (Status polls, if the fork is still being made when it is found, are left out.)
+    assert [op for op, _ in operations(emulator) if op != "sandbox.get"] == [
         "sandbox.fork",  # performed, then the connection was cut
         "sandbox.list",
+        "exec",  # its marker, read: this lease's
         "sandbox.delete",
     ]
+    assert all(entry.fork_from is None for entry in Journal().entries())
+
+
+# Lease B, in a process of its own with no journal (as on another machine): forks the
+# source, says its id, and runs in its fork once told to.
+OTHER_MACHINE = """
+import sys
+import createos_sync as cs
+with cs.lease(fork_from=sys.argv[1], journal=False) as theirs:
+    print(theirs.id, flush=True)
+    sys.stdin.readline()
+    print(theirs.run("echo still mine").stdout, end="", flush=True)
+"""
+
+
+def test_a_lost_fork_never_destroys_another_lease_fork_of_the_same_source(
+    emulator: Emulator, box: Lease
+) -> None:
+    """Issue 22, item 1: lease B (another process, no journal, the URL spelled otherwise)
+    forks the source; A's fork is cut before the service acts. A reads B's fork's marker,
+    leaves it alone, and says no fork was made; B goes on working in its fork."""
+    spelled = emulator.url.replace("127.0.0.1", "LOCALHOST")
+    other = subprocess.Popen(
+        [sys.executable, "-c", OTHER_MACHINE, str(box.id)],
+        env=emulator_env(emulator, CREATEOS_API_URL=spelled),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    theirs = read_until(other, b"\n").decode().strip()
+    emulator.faults.add(Fault("sandbox.fork", drop=True))  # not performed: no fork made
+    emulator.clear_request_log()
+
+    with pytest.raises(cs.CreateosApiError, match="no fork of it carrying this lease's"):
+        box.fork()
+
+    # No answer at all: listed again after two pauses; their fork's marker read once.
+    assert [op for op, _ in operations(emulator)] == [
+        "sandbox.fork",
+        "sandbox.list",
+        "exec",
+        "sandbox.list",
+        "sandbox.list",
+    ]
+    assert theirs in emulator.live_sandboxes()
+    assert other.stdin is not None
+    other.stdin.write(b"go\n")
+    other.stdin.flush()
+    status, out, err = finish(other)
+    assert (status, out) == (0, "still mine\n"), err
     assert all(entry.fork_from is None for entry in Journal().entries())
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -236,6 +237,37 @@ def test_close_is_idempotent_and_a_closed_lease_refuses_work(client: Client) -> 
         lease.run("true")
     with pytest.raises(cs.LeaseClosed):
         lease.open()
+
+
+def test_a_process_of_a_closed_lease_refuses_send_and_resize_without_a_request(
+    emulator: Emulator, client: Client
+) -> None:
+    """Issue 22, item 7: not a request answered 404."""
+    lease = client.lease().open()
+    process = lease.start("sleep 1000", pty=True)
+    lease.close()
+    emulator.clear_request_log()
+    with pytest.raises(cs.LeaseClosed, match=f"process {process.id}"):
+        process.send("hello\r")
+    with pytest.raises(cs.LeaseClosed, match=f"process {process.id}"):
+        process.resize(30, 90)
+    assert operations(emulator) == []
+
+
+IDLE_THREADS = frozenset({"createos-cutoff", "createos-background"})
+
+
+def _idle_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name in IDLE_THREADS}
+
+
+def test_no_thread_of_the_package_outlives_its_leases_and_clients(emulator: Emulator) -> None:
+    """Issue 22, item 13: started when needed, ended when idle, started again on next use."""
+    for _ in range(2):
+        with emulator.client(requests_per_minute=FAST) as client, client.lease(ttl=60) as box:
+            box.run("true")
+            assert _idle_threads() == IDLE_THREADS  # deadlines on the wire; ttl renewals
+        wait_until(lambda: not _idle_threads(), "the package's threads to end", 30)
 
 
 # --- files -----------------------------------------------------------------

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
+from functools import partial
 
 import attrs
 import pytest
 
 import createos_sync as cs
 from createos_sync import reap
+from createos_sync._sandboxes import reap as reap_module
+from createos_sync._sandboxes.fork import MARKER
 from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync._wire import api as _api
 from createos_sync._wire.deadline import Deadline
@@ -306,13 +310,49 @@ def test_reap_forgets_the_entries_of_a_loopback_emulator_that_has_ended(
 def test_reap_finds_the_fork_a_dead_process_was_making(
     emulator: Emulator, client: cs.Client
 ) -> None:
-    url, journal = client.config.base_url, Journal()
+    # Recorded under another spelling of the same URL (issue 22: the key is normalised).
+    url, journal = client.config.base_url.replace("127.0.0.1", "localhost") + "/v1", Journal()
     with client.lease() as source, source.fork() as claimed:
-        # A process died while its fork was in flight: only the source and the time are known.
+        # A process died while its fork was in flight: the source and its marker are known.
         journal.add(Entry(name="fork-in-flight", base_url=url, fork_from=source.id, **DEAD_OWNER))
-        orphan = _api.fork_sandbox(client.transport, str(source.id), {}, Deadline.after(30))["id"]
+        fork = partial(_api.fork_sandbox, client.transport, str(source.id))
+        orphan = fork({"envs": {MARKER: "fork-in-flight"}}, Deadline.after(30))["id"]
+        # Another machine's fork of the same source, made at the same moment: not its own.
+        theirs = fork({"envs": {MARKER: "elsewhere-0123"}}, Deadline.after(30))["id"]
         outcomes = {o.name: o for o in reap(client)}
         assert outcomes["fork-in-flight"].action == "destroyed"
         assert outcomes["fork-in-flight"].sandbox_ids == (orphan,)  # not the claimed fork
         assert claimed.id in emulator.live_sandboxes()
+        assert theirs in emulator.live_sandboxes()
         assert orphan not in emulator.live_sandboxes()
+        client.destroy(theirs)
+
+
+@pytest.mark.parametrize("auto", ["on", "off"])
+def test_opening_a_lease_reaps_what_dead_owners_left_in_the_background(
+    emulator: Emulator,
+    client: cs.Client,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    auto: str,
+) -> None:
+    """Issue 22, item 3: a crashed script's sandbox (here, recorded under another spelling
+    of the URL) is gone by the next run; ``CREATEOS_SYNC_AUTO_REAP=off`` turns that off."""
+    monkeypatch.setenv(reap_module.AUTO_ENV, auto)
+    monkeypatch.setattr(reap_module, "_swept", set())
+    orphan = _orphan(client, "crashed-1")
+    Journal().add(
+        Entry(name="someone-alive", base_url=client.config.base_url, sandbox_id="sb-held")
+    )
+    caplog.set_level(logging.INFO, "createos_sync.reap")
+    with client.lease() as box:
+        if auto == "on":
+            wait_until(lambda: orphan not in emulator.live_sandboxes(), "the background reap")
+            wait_until(lambda: "crashed-1" not in {e.name for e in Journal().entries()}, "it")
+            assert f"reaped a dead lease's entry: destroyed {orphan}" in caplog.text
+        else:
+            box.run("true")
+            assert orphan in emulator.live_sandboxes()
+        assert "someone-alive" in {e.name for e in Journal().entries()}  # a live owner's
+    if auto == "off":
+        client.destroy(orphan)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from createos_sync import Client
+from createos_sync import Client, SandboxUnavailable
 from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 
@@ -209,6 +209,31 @@ def _agent_deletes_only_its_own_sandbox(emu: Emulator) -> None:
         finally:
             mine.close()
             other.close()
+
+
+# Deletes its own sandbox through the guest agent, as the ttl watchdog does, then waits
+# to be killed with it.
+DIES_WITH_ITS_SANDBOX = AGENT_CALL + "exec sleep 100\n"
+
+
+@pytest.mark.parametrize("how", ["run", "Process.wait"])
+def test_a_command_killed_with_its_sandbox_raises_sandbox_unavailable(
+    emulator: Emulator, client: Client, how: str
+) -> None:
+    """Issue 22, item 4: not an ordinary ``RunResult(signal='SIGKILL')``; the sandbox is
+    read once on that path, and every later call names it too (not an HTTP 404)."""
+    with client.lease(ttl=None) as box:
+        emulator.clear_request_log()
+        command = ["bash", "-c", DIES_WITH_ITS_SANDBOX, "agent", "delete"]
+        with pytest.raises(SandboxUnavailable, match=f"sandbox {box.id} is destroy(ing|ed)"):
+            if how == "run":
+                box.run(command)
+            else:
+                box.start(command).wait()
+        assert [op for op, _ in operations(emulator, box.id)][-1] == "sandbox.get"  # one read
+        assert [op for op, _ in operations(emulator, box.id)].count("sandbox.get") == 1
+        with pytest.raises(SandboxUnavailable, match=f"sandbox {box.id} is destroy(ing|ed)"):
+            box.run("true")
 
 
 def test_the_guest_agent_acts_on_its_own_sandbox_only(emulator: Emulator) -> None:

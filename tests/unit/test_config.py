@@ -9,7 +9,7 @@ import requests
 
 from createos_sync import Client, ConfigError
 from createos_sync.client import client_for
-from createos_sync.config import Config
+from createos_sync.config import Config, service_key
 
 
 def test_environment_fallbacks_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,3 +157,23 @@ def test_a_client_for_a_configuration_has_all_of_it(
         ca_bundle=bundle,
     ).config
     assert client_for(config).config == config
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "http://localhost:8080",
+        "http://LOCALHOST:8080/",
+        "http://127.0.0.1:8080/v1",
+        "http://[::1]:8080/v1/",
+    ],
+)
+def test_the_service_key_is_the_same_for_every_spelling_of_one_url(spelling: str) -> None:
+    """Issue 22: the lease journal's claims and reap's choice of entries use this key."""
+    assert service_key(spelling) == service_key("http://127.0.0.1:8080")
+
+
+def test_the_service_key_drops_a_default_port_and_keeps_other_services_apart() -> None:
+    assert service_key("https://API.example.com:443/v1") == service_key("https://api.example.com")
+    assert service_key("https://api.example.com") != service_key("https://api.example.org")
+    assert service_key("http://127.0.0.1:8080") != service_key("http://127.0.0.1:8081")

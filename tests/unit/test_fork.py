@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 import requests
-import responses
 
 import createos_sync as cs
 from createos_sync import Client
-from createos_sync._sandboxes.journal import Entry, Journal, _process_start
+from createos_sync._sandboxes.fork import MARKER
+from createos_sync._sandboxes.journal import Entry, Journal
 
 from .wire import API, SANDBOX, Service, sandbox
 
@@ -76,20 +73,22 @@ def test_fork_costs_one_request_plus_polls_and_its_watchdog_and_close_destroys_o
         assert (child.id, child.status) == (FORK, "running")
         assert len(service.mock.calls) - before == 3  # the fork, its poll, its ttl watchdog
 
-    assert _fork_bodies(service) == [
-        {"envs": {"A": "1"}, "egress": ["pypi.org"], "ingress_enabled": True}
-    ]  # no name: the service takes none on a fork
+    [body] = _fork_bodies(service)
+    envs = body.pop("envs")
+    assert envs["A"] == "1" and envs[MARKER].startswith("job-")
+    assert body == {"egress": ["pypi.org"], "ingress_enabled": True}  # no name: none on a fork
     assert _deleted(service) == [FORK]
     assert not parent.closed and parent.status == "running"
 
 
-def test_a_fork_with_defaults_sends_an_empty_body_and_keeps_the_sources_settings(
+def test_a_fork_with_defaults_sends_only_its_marker_and_keeps_the_sources_settings(
     parent: cs.Lease, service: Service
 ) -> None:
     service.add("POST", FORK_PATH, 201, sandbox("running", FORK))
     service.watchdog(sandbox_id=FORK)
     child = parent.fork()
-    assert _fork_bodies(service) == [{}]
+    assert [set(body) for body in _fork_bodies(service)] == [{"envs"}]
+    assert [set(body["envs"]) for body in _fork_bodies(service)] == [{MARKER}]
     child._finish_close()
 
 
@@ -120,7 +119,7 @@ def test_start_paused_opens_on_a_paused_fork_and_run_says_to_resume(
     service.add("POST", FORK_PATH, 201, sandbox("forking", FORK))
     service.add("GET", f"/sandboxes/{FORK}", body=sandbox("paused", FORK))
     child = parent.fork(start_paused=True)
-    assert _fork_bodies(service) == [{"start_paused": True}]
+    assert [body["start_paused"] for body in _fork_bodies(service)] == [True]
     assert child.status == "paused"
     calls = len(service.mock.calls)
 
@@ -186,24 +185,69 @@ def test_503_is_a_refusal_and_the_fork_is_retried(parent: cs.Lease, service: Ser
     child._finish_close()
 
 
-def test_a_lost_answer_finds_the_one_new_unclaimed_fork_and_destroys_it(
+def _lost_fork(service: Service, answer: Any = 502) -> list[str]:
+    """The fork's answer is lost (``answer``: a status or an exception); the markers sent."""
+    markers: list[str] = []
+
+    def lost(request: Any) -> tuple[int, dict[str, str], str]:
+        markers.append(json.loads(request.body)["envs"][MARKER])
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer, {}, json.dumps({"status": "error", "message": "lost"})
+
+    service.mock.add_callback("POST", API + FORK_PATH, callback=lost)
+    return markers
+
+
+def _env_of(service: Service, sandbox_id: str, marker: Callable[[], str]) -> None:
+    """The fork's one-shot ``printenv`` of the marker answers ``marker()``."""
+
+    def printenv(request: Any) -> tuple[int, dict[str, str], str]:
+        assert json.loads(request.body) == {"cmd": "printenv", "args": [MARKER]}
+        value = marker()
+        result = {"exit_code": 0 if value else 1, "stdout": f"{value}\n" if value else ""}
+        return 200, {}, json.dumps({"status": "success", "data": {"result": result}})
+
+    service.mock.add_callback("POST", f"{API}/sandboxes/{sandbox_id}/exec", callback=printenv)
+
+
+def test_the_fork_request_carries_the_lease_name_as_its_marker(
     parent: cs.Lease, service: Service
 ) -> None:
+    service.add("POST", FORK_PATH, 201, sandbox("running", FORK))
+    service.watchdog(sandbox_id=FORK)
+    child = parent.fork(name="job", env={"A": "1"})
+    [body] = _fork_bodies(service)
+    assert body["envs"]["A"] == "1"
+    assert body["envs"][MARKER] == Journal().entries()[-1].name
+    assert body["envs"][MARKER].startswith("job-")
+    child._finish_close()
+
+
+def test_a_lost_answer_destroys_only_the_fork_that_carries_its_marker(
+    parent: cs.Lease, service: Service
+) -> None:
+    """Issue 22, items 1 and 2: another lease's fork of the same source (another machine's,
+    or a journal=False lease's) is read and left alone; this lease's own is found however
+    far off the service's clock is."""
     Journal().add(Entry(name="kept-by-other", base_url="https://api.test", sandbox_id="sb-claimed"))
-    service.add("POST", FORK_PATH, 502)
+    markers = _lost_fork(service)
     service.add(
         "GET",
         "/sandboxes",
         body=listing(
             sandbox(),  # the source
-            fork_of("sb-old", age=3600),  # made long before the request
-            fork_of("sb-claimed"),  # another lease's, per the journal
+            fork_of("sb-theirs"),  # another lease's, made at the same moment
+            fork_of("sb-claimed"),  # another lease's, per the journal: not even read
             fork_of("sb-elsewhere", source="sb-other"),  # a fork of another sandbox
             fork_of("sb-gone", status="destroyed"),
-            fork_of(LOST),  # the lost one
+            fork_of(LOST, age=3600),  # the lost one, by a service clock an hour behind
         ),
     )
+    _env_of(service, "sb-theirs", lambda: "someone-else-0123456789ab")
+    _env_of(service, LOST, lambda: markers[0])
     service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
+    before = len(service.mock.calls)
 
     with pytest.raises(cs.CreateosApiError) as caught:
         parent.fork()
@@ -211,18 +255,25 @@ def test_a_lost_answer_finds_the_one_new_unclaimed_fork_and_destroys_it(
     assert caught.value.status == 502
     assert f"fork {LOST} was found and destroyed" in str(caught.value)
     assert _deleted(service) == [LOST]
-    assert len(service.calls("POST", "/fork")) == 1  # never repeated
+    assert [c.request.url.split("/")[-2] for c in service.calls("POST", "/exec")] == [
+        "sb-theirs",
+        LOST,
+    ]
+    assert len(service.mock.calls) - before == 5  # fork, listing, 2 marker reads, destroy
     assert [e for e in Journal().entries() if e.fork_from] == []  # nothing left to reap
 
 
-def test_a_lost_answer_with_no_new_fork_says_none_was_made(
+def test_a_lost_answer_with_only_other_leases_forks_says_none_was_made(
     parent: cs.Lease, service: Service
 ) -> None:
-    service.add("POST", FORK_PATH, 500)
-    service.add("GET", "/sandboxes", body=listing(sandbox(), fork_of("sb-old", age=3600)))
-    with pytest.raises(cs.CreateosApiError, match="no fork of it made since the request exists"):
+    _lost_fork(service, 500)
+    service.add("GET", "/sandboxes", body=listing(sandbox(), fork_of("sb-a"), fork_of("sb-b")))
+    _env_of(service, "sb-a", lambda: "someone-else-0123456789ab")
+    _env_of(service, "sb-b", lambda: "")  # a fork made by another client: no marker at all
+    with pytest.raises(cs.CreateosApiError, match="no fork of it carrying this lease's marker"):
         parent.fork()
     assert _deleted(service) == []
+    assert [e for e in Journal().entries() if e.fork_from] == []  # settled: nothing was made
 
 
 def test_no_answer_at_all_looks_again_for_a_fork_still_on_its_way(
@@ -230,9 +281,10 @@ def test_no_answer_at_all_looks_again_for_a_fork_still_on_its_way(
 ) -> None:
     """As for a creation (``_sandbox.late_looks``): the listing that finds nothing is
     repeated after a pause, since the fork may not be listed yet."""
-    service.add("POST", FORK_PATH, body=requests.ReadTimeout("no answer"))
+    markers = _lost_fork(service, requests.ReadTimeout("no answer"))
     service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None)))
     service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None), fork_of(LOST)))
+    _env_of(service, LOST, lambda: markers[0])
     service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
     with pytest.raises(cs.CreateosApiError, match=f"fork {LOST} was found and destroyed"):
         parent.fork()
@@ -241,22 +293,25 @@ def test_no_answer_at_all_looks_again_for_a_fork_still_on_its_way(
     assert len(service.calls("POST", "/fork")) == 1  # never repeated
 
 
-def test_two_unclaimed_new_forks_are_ambiguous_and_neither_is_destroyed(
+def test_a_fork_whose_marker_cannot_be_read_is_unsettled_and_keeps_the_journal_entry(
     parent: cs.Lease, service: Service
 ) -> None:
-    service.add("POST", FORK_PATH, 504)
-    service.add("GET", "/sandboxes", body=listing(fork_of("sb-a"), fork_of("sb-b")))
-    with pytest.raises(cs.CreateosCleanupError, match="sb-a, sb-b") as caught:
+    """Issue 22, item 2: a paused candidate could be this lease's fork; it is not resumed
+    to read it, nothing is destroyed, and the entry stays for reap."""
+    _lost_fork(service, 504)
+    service.add("GET", "/sandboxes", body=listing(fork_of("sb-paused", status="paused")))
+    with pytest.raises(cs.CreateosCleanupError, match="sb-paused") as caught:
         parent.fork()
+    assert "could not be read" in str(caught.value)
     assert caught.value.sandbox_destroyed is None
-    assert _deleted(service) == []
+    assert _deleted(service) == [] and not service.calls("POST", "/exec")
     assert len([e for e in Journal().entries() if e.fork_from]) == 1  # it stays, for reap
 
 
 def test_a_listing_that_does_not_say_which_sandboxes_are_forks_is_a_cleanup_error(
     parent: cs.Lease, service: Service
 ) -> None:
-    service.add("POST", FORK_PATH, 502)
+    _lost_fork(service)
     service.add("GET", "/sandboxes", body=listing(sandbox(), sandbox(sandbox_id="sb-x")))
     with pytest.raises(cs.CreateosCleanupError, match="does not list forks"):
         parent.fork()
@@ -265,103 +320,17 @@ def test_a_listing_that_does_not_say_which_sandboxes_are_forks_is_a_cleanup_erro
 def test_an_answer_with_an_implausible_id_is_recovered_like_a_lost_one(
     parent: cs.Lease, service: Service
 ) -> None:
-    service.add("POST", FORK_PATH, 201, sandbox("running", "../../sandboxes/sb-1"))
+    sent: list[str] = []
+
+    def answer(request: Any) -> tuple[int, dict[str, str], str]:
+        sent.append(json.loads(request.body)["envs"][MARKER])
+        body = {"status": "success", "data": sandbox("running", "../../sandboxes/sb-1")}
+        return 201, {}, json.dumps(body)
+
+    service.mock.add_callback("POST", API + FORK_PATH, callback=answer)
     service.add("GET", "/sandboxes", body=listing(fork_of(LOST)))
+    _env_of(service, LOST, lambda: sent[0])
     service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
     with pytest.raises(cs.ProtocolError, match="not a plausible id"):
         parent.fork()
     assert _deleted(service) == [LOST]  # never the path the answer suggested
-
-
-def test_a_recovery_waits_for_a_concurrent_fork_of_the_same_source(
-    parent: cs.Lease, service: Service
-) -> None:
-    """One fork's answer is lost while another is in flight: the recovery waits for the
-    other's answer, so it never mistakes the other's fork for its own."""
-    order: list[str] = []
-    first = threading.Event()
-
-    def answer(request: Any) -> tuple[int, dict[str, str], str]:
-        if not first.is_set():
-            first.set()
-            time.sleep(0.3)  # the slow one: still in flight while the other is recovered
-            order.append("answered sb-slow")
-            body = {"status": "success", "data": sandbox("running", "sb-slow")}
-            return 201, {}, json.dumps(body)
-        order.append("lost")
-        return 502, {}, json.dumps({"status": "error", "message": "bad gateway"})
-
-    service.mock.add_callback("POST", API + FORK_PATH, callback=answer)
-
-    def listed(request: Any) -> tuple[int, dict[str, str], str]:
-        order.append("listed")
-        page = listing(fork_of("sb-slow"), fork_of(LOST))
-        return 200, {}, json.dumps({"status": "success", "data": page})
-
-    service.mock.add_callback("GET", API + "/sandboxes", callback=listed)
-    service.add("DELETE", "/sandboxes/sb-lost", body={"id": LOST, "status": "destroying"})
-    service.watchdog(sandbox_id="sb-slow")
-    results: dict[str, Any] = {}
-
-    def fork(label: str) -> None:
-        try:
-            results[label] = parent.fork()
-        except cs.CreateosError as exc:
-            results[label] = exc
-
-    slow = threading.Thread(target=fork, args=("slow",))
-    slow.start()
-    first.wait(5)
-    fork("lost")
-    slow.join(10)
-
-    assert order == ["lost", "answered sb-slow", "listed"]
-    assert isinstance(results["lost"], cs.CreateosApiError)
-    assert "sb-lost was found and destroyed" in str(results["lost"])
-    assert results["slow"].id == "sb-slow"
-    assert _deleted(service) == [LOST]
-    results["slow"]._finish_close()
-
-
-def test_a_recovery_waits_for_another_process_fork_of_the_same_source(
-    service: Service, mock: responses.RequestsMock
-) -> None:
-    other = subprocess.Popen(["sleep", "30"])
-    journal = Journal()
-    journal.add(
-        Entry(
-            name="other-process",
-            base_url="https://api.test",
-            fork_from=SANDBOX,
-            pid=other.pid,
-            process_start=_process_start(other.pid),
-        )
-    )
-    answered = threading.Timer(0.3, journal.set_sandbox, ("other-process", "sb-theirs"))
-    service.add("POST", FORK_PATH, 502)
-    service.add("GET", "/sandboxes", body=listing(fork_of("sb-theirs"), fork_of("sb-mine")))
-    service.add("DELETE", "/sandboxes/sb-mine", body={"id": "sb-mine", "status": "destroying"})
-    try:
-        with Client("k", "https://api.test", requests_per_minute=10**9) as client:
-            answered.start()
-            with pytest.raises(cs.CreateosApiError, match="sb-mine was found and destroyed"):
-                client.lease(fork_from=SANDBOX).open()
-    finally:
-        answered.cancel()
-        other.kill()
-        other.wait()
-    assert _deleted(service) == ["sb-mine"]
-
-
-def test_a_recovery_never_waits_for_a_fork_of_this_process_not_sent_yet(
-    client: Client, service: Service
-) -> None:
-    """A fork of this process that is journaled but held back while the recovery runs is
-    the gate's to wait for: waiting for its journal entry here would wait for itself."""
-    Journal().add(Entry(name="held-back", base_url="https://api.test", fork_from=SANDBOX))
-    service.add("POST", FORK_PATH, 502)
-    service.add("GET", "/sandboxes", body=listing(sandbox(forked_from=None), fork_of(LOST)))
-    service.add("DELETE", f"/sandboxes/{LOST}", body={"id": LOST, "status": "destroying"})
-    with pytest.raises(cs.CreateosApiError, match=f"fork {LOST} was found and destroyed"):
-        client.lease(fork_from=SANDBOX).open()
-    assert _deleted(service) == [LOST]

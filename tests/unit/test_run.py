@@ -371,6 +371,43 @@ def test_a_stream_ending_without_exit_in_a_failed_sandbox_is_sandbox_unavailable
     assert len(service.calls("GET", "/connect")) == 1  # no reconnection to a dead sandbox
 
 
+@pytest.mark.parametrize("overdue", [True, False])
+def test_a_run_killed_with_its_sandbox_raises_lease_expired_or_sandbox_unavailable(
+    box: Any, service: Service, overdue: bool
+) -> None:
+    """Issue 22, item 4: a SIGKILL that closing did not send costs 1 read of the sandbox;
+    found gone, the run raises (``LeaseExpired`` when the ttl could have run out since the
+    last renewal), not an ordinary ``RunResult(signal='SIGKILL')``."""
+    service.run(data(1, "partial\n"), exit_frame(None, "SIGKILL"))
+    service.add("GET", f"/sandboxes/{SANDBOX}", 404)
+    before = len(service.mock.calls)
+    asked: list[bool] = []
+
+    def overdue_by_then() -> bool:  # frozen past its ttl after the call's own check
+        asked.append(True)
+        return overdue and len(asked) > 1
+
+    box._watchdog._overdue = overdue_by_then
+    with pytest.raises(cs.SandboxUnavailable) as caught:
+        box.run("x")
+    assert isinstance(caught.value, cs.LeaseExpired) is overdue
+    assert caught.value.sandbox_id == SANDBOX
+    assert len(service.mock.calls) - before == 4  # the run's 3, and the one read
+    with pytest.raises(cs.SandboxUnavailable):
+        box.run("x")  # found gone: refused before any request
+    assert len(service.mock.calls) - before == 4
+
+
+def test_a_run_killed_by_sigkill_in_a_live_sandbox_keeps_its_result(
+    box: Any, service: Service
+) -> None:
+    service.run(exit_frame(None, "SIGKILL"))
+    service.get_sandbox("running")
+    result = box.run("kill -9 $$")
+    reads = [c for c in service.calls("GET") if c.request.url.endswith(f"/sandboxes/{SANDBOX}")]
+    assert result.signal == "SIGKILL" and len(reads) == 1  # alive: an ordinary result
+
+
 @pytest.mark.parametrize("status", ["error", "destroying"])
 def test_process_creation_409_in_a_dead_sandbox_is_sandbox_unavailable(
     box: Any, service: Service, status: str
