@@ -20,6 +20,7 @@ def test_every_surface_takes_the_same_option_names() -> None:
     assert _keywords(cs.lease) == names
     assert _keywords(cs.Client.lease) == names
     own = {"fn", "items", "concurrency", "setup", "return_exceptions", "progress", "executor"}
+    own.add("reuse")
     assert _keywords(cs.map) - own == names
 
 
