@@ -8,15 +8,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import settings
 
 from .reliability.ledger import LEDGER
 
-# One profile for the whole suite: no per-example deadline (a loaded 2-core CI machine
-# can take a second over an example that takes a millisecond alone); tests bound time
-# by what they do, not by how fast the machine is.
-settings.register_profile("createos", deadline=None)
-settings.load_profile("createos")
+try:  # the test extra has it; a tier run in an environment of its own may not
+    from hypothesis import settings
+except ImportError:  # pragma: no cover
+    pass
+else:
+    # One profile for the whole suite: no per-example deadline (a loaded 2-core CI machine
+    # can take a second over an example that takes a millisecond alone); tests bound time
+    # by what they do, not by how fast the machine is.
+    settings.register_profile("createos", deadline=None)
+    settings.load_profile("createos")
 
 
 def pytest_configure(config: pytest.Config) -> None:
