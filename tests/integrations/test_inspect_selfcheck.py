@@ -75,13 +75,30 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+HARDENED = (
+    "the emulator's bubblewrap sandbox, run as root, keeps no capability and maps root "
+    "alone into its user namespace, so a command cannot add a user or become one (the "
+    "service's microVMs can): checked where the emulator runs unprivileged or on the service"
+)
+
+
+@pytest.fixture(scope="module")
+def no_other_users(emulator: Emulator, shared_client: Client) -> str | None:
+    """Why a sandbox's commands cannot add and become another user here, or None."""
+    if emulator.isolation != "bwrap":
+        return ON_THE_HOST
+    with shared_client.lease() as box:
+        probe = box.run("useradd -m createos-probe && runuser -u createos-probe -- true")
+    return None if probe.exit_code == 0 else HARDENED
+
+
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def configured(
-    request: pytest.FixtureRequest, emulator: Emulator, shared_client: Client
+    request: pytest.FixtureRequest, emulator: Emulator, no_other_users: str | None
 ) -> Iterator[tuple[str, SandboxEnvironment | None]]:
     """One sandbox per configuration, shared by its checks (made as Inspect makes it)."""
     name = request.param
-    if name == "user" and emulator.isolation != "bwrap":
+    if name == "user" and no_other_users:
         yield name, None
         return
     config = CONFIGS[name]
@@ -96,15 +113,15 @@ def configured(
 @pytest.fixture
 def sandbox_env(
     request: pytest.FixtureRequest,
-    emulator: Emulator,
     configured: tuple[str, SandboxEnvironment | None],
+    no_other_users: str | None,
 ) -> SandboxEnvironment:
     name, env = configured
     check = request.node.originalname
     if name == "user" and check not in BY_USER:
         pytest.skip("runs as root and as a user alike: checked in the [root] configuration")
-    if env is None or (check == "test_exec_as_user" and emulator.isolation != "bwrap"):
-        pytest.skip(ON_THE_HOST)
+    if env is None or (check == "test_exec_as_user" and no_other_users):
+        pytest.skip(no_other_users or ON_THE_HOST)
     if name == "root" and check in ROOT_ONLY:
         request.applymarker(pytest.mark.xfail(reason=ROOT_ONLY[check], strict=True))
     return env
