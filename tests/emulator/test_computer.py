@@ -251,6 +251,14 @@ def test_pause_freezes_the_desktop_and_resume_brings_it_back(box: cs.Lease) -> N
 
 
 @needs_desktop
+def test_an_application_that_ends_at_once_is_refused_with_its_error(box: cs.Lease) -> None:
+    # Not a silent launch whose window never shows: its status and the tail of its stderr.
+    with pytest.raises(cs.CreateosApiError, match=r"ended at once with status 2: .*No such file"):
+        box.computer.launch("ls", uri="/no-such-file")
+    assert box.computer.windows() == []
+
+
+@needs_desktop
 def test_a_desktop_whose_agent_died_starts_again(box: cs.Lease, emu: Emulator) -> None:
     computer = box.computer
     computer.set_clipboard("before")

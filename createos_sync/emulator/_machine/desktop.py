@@ -43,6 +43,7 @@ TOOLS = {
     "python3": "python3",
 }
 AGENT = Path(__file__).with_name("desktop_agent.py")
+LAUNCHER = Path(__file__).with_name("desktop_launcher.py")  # how the agent starts applications
 KIND = "desktop"  # a process kind the processes API never lists
 
 

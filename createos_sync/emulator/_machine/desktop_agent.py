@@ -8,6 +8,8 @@ with openbox, then answers each JSON line on stdin with one on stdout:
 xdotool, wmctrl and xclip run here, in the sandbox, so whatever the sandbox
 does to its display reaches only the sandbox; the clipboard's owner (xclip,
 in the background) lives as long as this process.
+Applications start through the launcher (``desktop_launcher``, its source
+the third argument).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from typing import Any
@@ -34,6 +37,8 @@ X_DIR = "/" + "tmp"  # spelled so: plain mode rewrites sandbox paths in a comman
 TOOL_TIMEOUT = 20.0
 STOP_GRACE = 2.0
 SETTLE = 2.0  # how long a window change is waited for
+LAUNCH_GRACE = 1.0  # an application that ends within it failed to start: say so
+STDERR_TAIL = 2000  # what is kept of an application's stderr (the rest is read and dropped)
 QUIET: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
                          "stderr": subprocess.DEVNULL}  # fmt: skip
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
@@ -81,9 +86,11 @@ class Screen:
         self.stop()
         raise Refused(500, "the window manager (openbox) did not start")
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        """Start a program on this display, detached from the agent's pipes."""
-        return subprocess.Popen(argv, env=self.env, start_new_session=True, **QUIET)
+    def spawn(self, argv: list[str], *, stderr: int | None = None) -> subprocess.Popen[bytes]:
+        """Start a program on this display, detached from the agent's pipes (but its stderr
+        to ``stderr``, if given)."""
+        quiet = QUIET if stderr is None else {**QUIET, "stderr": stderr}
+        return subprocess.Popen(argv, env=self.env, start_new_session=True, **quiet)
 
     def run(self, *argv: str, settle: float | None = None) -> str:
         """Run an X tool on this display; its output. With ``settle``, a tool still waiting
@@ -226,6 +233,8 @@ def png(image: Image) -> bytes:
 
 
 class Desktop:
+    launcher = ""  # the source of desktop_launcher
+
     def __init__(self, width: int, height: int) -> None:
         self.screens = {"screen-0": Screen("screen-0", width, height)}
 
@@ -318,10 +327,23 @@ class Desktop:
             raise Refused(400, "xclip failed")
 
     def op_launch(self, request: Request) -> None:
+        """Start an application; one that ends at once with a failure (its status, or what
+        it wrote to stderr) is refused with the tail of its stderr, not left to a timeout."""
         screen, application = self.screen(request), request["application"]
         if shutil.which(application) is None:
             raise Refused(404, "application not found")
-        screen.apps.append(screen.spawn([application, *filter(None, [request.get("uri")])]))
+        argv = [sys.executable, "-I", "-S", "-c", self.launcher, application]
+        app = screen.spawn([*argv, *filter(None, [request.get("uri")])], stderr=subprocess.PIPE)
+        screen.apps.append(app)
+        tail = _Tail(app.stderr)
+        try:
+            status = app.wait(LAUNCH_GRACE)
+        except subprocess.TimeoutExpired:
+            return  # running: its stderr is drained (and dropped) as long as it runs
+        text = tail.text()
+        if status != 0 or text:
+            why = f": {text}" if text else ""
+            raise Refused(400, f"{application} ended at once with status {status}{why}")
 
     def op_open(self, request: Request) -> None:
         screen = self.screen(request)
@@ -442,6 +464,30 @@ class Desktop:
             screen.stop()
 
 
+class _Tail:
+    """The last ``STDERR_TAIL`` bytes of a pipe, read by a thread until it closes (so that a
+    chatty application never blocks on a full pipe)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._data = b""
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with self._pipe:
+            for chunk in iter(lambda: self._pipe.read1(4096), b""):
+                self._data = (self._data + chunk)[-STDERR_TAIL:]
+
+    def text(self) -> str:
+        """Its last lines, printable ASCII only (no terminal control), once it closed (or
+        after a moment: a child of the application may keep it open)."""
+        self._thread.join(LAUNCH_GRACE)
+        lines = self._data.decode("ascii", "replace").splitlines()
+        kept = [" ".join("".join(c for c in line if c.isprintable()).split()) for line in lines]
+        return " / ".join(line for line in kept if line)[-300:]
+
+
 def _xy(point: Request) -> tuple[str, str]:
     return str(int(point["x"])), str(int(point["y"]))
 
@@ -471,6 +517,7 @@ def _answer(answer: dict[str, Any]) -> None:
 
 def main() -> None:
     width, height = (int(v) for v in sys.argv[1:3])
+    Desktop.launcher = sys.argv[3]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         desktop = Desktop(width, height)

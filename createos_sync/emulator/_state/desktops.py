@@ -12,7 +12,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._machine.desktop import AGENT, DEFAULT_SIZE, KIND, ROOTFS, Desktop, require_tools
+from .._machine.desktop import (
+    AGENT,
+    DEFAULT_SIZE,
+    KIND,
+    LAUNCHER,
+    ROOTFS,
+    Desktop,
+    require_tools,
+)
 from .._machine.processes import Command
 from .._wire import ApiError
 from .sandboxes import SandboxStore
@@ -27,6 +35,7 @@ class Desktops:
         self._desktops: dict[str, Desktop] = {}
         self._starting: dict[str, threading.Lock] = {}
         self._source = AGENT.read_text(encoding="utf-8")
+        self._launcher = LAUNCHER.read_text(encoding="utf-8")
 
     def ask(self, sandbox_id: str, request: dict[str, Any]) -> Any:
         """Run one request on the desktop of a running ``desktop:1`` sandbox."""
@@ -52,7 +61,7 @@ class Desktops:
     def _start(self, sandbox_id: str) -> Desktop:
         require_tools()
         width, height = DEFAULT_SIZE
-        argv = ["-I", "-S", "-c", self._source, str(width), str(height)]
+        argv = ["-I", "-S", "-c", self._source, str(width), str(height), self._launcher]
         command = Command("python3", argv, "/workspace", {})
         process = self._store.new_process(KIND, command)
         desktop = Desktop(process)
