@@ -9,7 +9,8 @@ xdotool, wmctrl and xclip run here, in the sandbox, so whatever the sandbox
 does to its display reaches only the sandbox; the clipboard's owner (xclip,
 in the background) lives as long as this process.
 Applications start through the launcher (``desktop_launcher``, its source
-the third argument).
+the third argument); screenshots are encoded by ``desktop_image`` (its source
+the fourth: ``-c`` runs one file, so the agent's other modules come as text).
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import zlib
+import types
 from typing import Any
 
 Request = dict[str, Any]
+IMAGE = types.ModuleType("desktop_image")  # its source is the fourth argument
 
 DEFAULT_SIZE = (1024, 768)
 START_TIMEOUT = 10.0
@@ -39,8 +40,7 @@ STOP_GRACE = 2.0
 SETTLE = 2.0  # how long a window change is waited for
 LAUNCH_GRACE = 1.0  # an application that ends within it failed to start: say so
 STDERR_TAIL = 2000  # what is kept of an application's stderr (the rest is read and dropped)
-QUIET: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-                         "stderr": subprocess.DEVNULL}  # fmt: skip
+QUIET: dict[str, Any] = dict.fromkeys(("stdin", "stdout", "stderr"), subprocess.DEVNULL)
 BUTTONS = {"left": "1", "middle": "2", "right": "3"}
 WHEEL = {"up": "4", "down": "5"}
 # Key names a caller may know from other tools, as X keysyms (others are passed as given).
@@ -178,57 +178,6 @@ def _answers(display: str) -> bool:
     return subprocess.run(probe, env=env, capture_output=True).returncode == 0
 
 
-# -- screenshots: the frame buffer file (XWD) to PNG ------------------------------
-
-Image = tuple[int, int, bytes]  # width, height, RGB rows
-
-
-def frame(screen: Screen) -> Image:
-    """The screen's pixels, read from Xvfb's frame buffer file (an XWD image)."""
-    with open(os.path.join(screen.fbdir, "Xvfb_screen0"), "rb") as f:
-        raw = f.read()
-    header = struct.unpack(">25I", raw[:100])
-    header_size, width, height, byte_order = header[0], header[4], header[5], header[7]
-    bits_per_pixel, line_bytes, ncolors = header[11], header[12], header[19]
-    if bits_per_pixel != 32:
-        raise Refused(500, "unsupported frame buffer depth")
-    start = header_size + ncolors * 12
-    rgb = bytearray(width * height * 3)
-    # Whole channels at a time (slices run in C): BGRX little-endian, XRGB big-endian.
-    order = (2, 1, 0) if byte_order == 0 else (1, 2, 3)
-    for row in range(height):
-        line = raw[start + row * line_bytes : start + row * line_bytes + width * 4]
-        out = memoryview(rgb)[row * width * 3 : (row + 1) * width * 3]
-        part = bytearray(width * 3)
-        for channel, offset in enumerate(order):
-            part[channel::3] = line[offset::4]
-        out[:] = part
-    return width, height, bytes(rgb)
-
-
-def crop(image: Image, x: int, y: int, w: int, h: int) -> Image:
-    width, height, rgb = image
-    w, h = min(w, width - x), min(h, height - y)
-    if x < 0 or y < 0 or w <= 0 or h <= 0:
-        raise Refused(400, "the region is outside the screen")
-    rows = (rgb[((y + r) * width + x) * 3 : ((y + r) * width + x + w) * 3] for r in range(h))
-    return w, h, b"".join(rows)
-
-
-def png(image: Image) -> bytes:
-    width, height, rgb = image
-    stride = width * 3
-    raw = b"".join(b"\x00" + rgb[r * stride : (r + 1) * stride] for r in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    chunks = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
-    return b"\x89PNG\r\n\x1a\n" + chunks
-
-
 # -- the desktop: its screens and the operations on them ---------------------------
 
 
@@ -253,14 +202,20 @@ class Desktop:
 
     def op_screenshot(self, request: Request) -> Any:
         screen = self.screen(request)
-        image = frame(screen)
-        if request.get("window_id"):
-            g = self.geometry(screen, request["window_id"])
-            image = crop(image, g["x"], g["y"], g["width"], g["height"])
-        elif request.get("width") or request.get("height"):
-            w, h = request.get("width") or image[0], request.get("height") or image[1]
-            image = crop(image, request.get("x") or 0, request.get("y") or 0, w, h)
-        return {"png": base64.b64encode(png(image)).decode("ascii")}
+        try:
+            image = IMAGE.frame(screen.fbdir)
+        except OSError as exc:
+            raise Refused(500, f"the screen cannot be read: {exc}") from None
+        try:
+            if request.get("window_id"):
+                g = self.geometry(screen, request["window_id"])
+                image = IMAGE.crop(image, g["x"], g["y"], g["width"], g["height"])
+            elif request.get("width") or request.get("height"):
+                w, h = request.get("width") or image[0], request.get("height") or image[1]
+                image = IMAGE.crop(image, request.get("x") or 0, request.get("y") or 0, w, h)
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        return {"png": base64.b64encode(IMAGE.png(image)).decode("ascii")}
 
     def op_screen(self, request: Request) -> Any:
         return self.screen(request).size()
@@ -465,8 +420,7 @@ class Desktop:
 
 
 class _Tail:
-    """The last ``STDERR_TAIL`` bytes of a pipe, read by a thread until it closes (so that a
-    chatty application never blocks on a full pipe)."""
+    """A pipe's last ``STDERR_TAIL`` bytes, read until it closes (a full pipe blocks no one)."""
 
     def __init__(self, pipe: Any) -> None:
         self._pipe = pipe
@@ -480,8 +434,7 @@ class _Tail:
                 self._data = (self._data + chunk)[-STDERR_TAIL:]
 
     def text(self) -> str:
-        """Its last lines, printable ASCII only (no terminal control), once it closed (or
-        after a moment: a child of the application may keep it open)."""
+        """Its last lines in printable ASCII, once closed (or after a moment: a child may not)."""
         self._thread.join(LAUNCH_GRACE)
         lines = self._data.decode("ascii", "replace").splitlines()
         kept = [" ".join("".join(c for c in line if c.isprintable()).split()) for line in lines]
@@ -518,6 +471,7 @@ def _answer(answer: dict[str, Any]) -> None:
 def main() -> None:
     width, height = (int(v) for v in sys.argv[1:3])
     Desktop.launcher = sys.argv[3]
+    exec(compile(sys.argv[4], "desktop_image.py", "exec"), IMAGE.__dict__)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         desktop = Desktop(width, height)

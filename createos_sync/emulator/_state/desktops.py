@@ -15,6 +15,7 @@ from typing import Any
 from .._machine.desktop import (
     AGENT,
     DEFAULT_SIZE,
+    IMAGE,
     KIND,
     LAUNCHER,
     ROOTFS,
@@ -36,6 +37,7 @@ class Desktops:
         self._starting: dict[str, threading.Lock] = {}
         self._source = AGENT.read_text(encoding="utf-8")
         self._launcher = LAUNCHER.read_text(encoding="utf-8")
+        self._image = IMAGE.read_text(encoding="utf-8")
 
     def ask(self, sandbox_id: str, request: dict[str, Any]) -> Any:
         """Run one request on the desktop of a running ``desktop:1`` sandbox."""
@@ -62,6 +64,7 @@ class Desktops:
         require_tools()
         width, height = DEFAULT_SIZE
         argv = ["-I", "-S", "-c", self._source, str(width), str(height), self._launcher]
+        argv.append(self._image)
         command = Command("python3", argv, "/workspace", {})
         process = self._store.new_process(KIND, command)
         desktop = Desktop(process)
