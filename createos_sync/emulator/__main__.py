@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
         print(f"error: {exc}", file=sys.stderr)
         return 2
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    announcement = _announce(emulator)
+    announcement = contextlib.ExitStack()
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
             print(f"CA certificate: {emulator.ca_path}")
             exports += f"CREATEOS_CA_BUNDLE={shlex.quote(emulator.ca_path)} "
         print(f"export {exports}CREATEOS_API_KEY={shlex.quote(emulator.api_key)}", flush=True)
+        announcement = _announce(emulator)  # after the lines a script reads first
         print(f"network: {emulator.describe_network()}", flush=True)
         print(f"preview URLs: {emulator.previews} form", flush=True)
         while not stop.wait(0.5):
