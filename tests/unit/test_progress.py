@@ -13,7 +13,6 @@ import pytest
 import tqdm
 import tqdm.std
 
-from createos_sync import Client
 from createos_sync.fanout._progress import Progress
 from createos_sync.files import Meter, _progress, metered
 
@@ -150,14 +149,6 @@ def test_metered_closes_the_display_and_passes_callbacks_through(
             assert isinstance(meter, Meter)
             meter.start(5)
     assert log.getvalue().count("\n") == 1
-
-
-@pytest.fixture
-def box(client: Client, service: Service) -> Iterator[Any]:
-    service.open_running()
-    lease = client.lease().open()
-    yield lease
-    lease._finish_close()  # the test asserts its own requests
 
 
 def test_write_file_with_progress_true_reports_on_stderr(
