@@ -10,7 +10,7 @@ import requests
 
 from createos_sync.emulator import Emulator
 
-from ..waiting import wait_until as wait_until  # re-exported for the tests here
+from ..waiting import wait_until
 
 
 class Api:

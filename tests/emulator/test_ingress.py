@@ -13,7 +13,8 @@ import requests
 
 from createos_sync.emulator import Emulator
 
-from .helpers import Api, wait_until
+from ..waiting import wait_until
+from .helpers import Api
 
 # A server for the sandbox: binds the port in argv (default: a free one) and writes it to
 # /workspace/port.

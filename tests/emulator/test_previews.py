@@ -23,7 +23,8 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine import listeners
 
-from .helpers import Api, wait_until
+from ..waiting import wait_until
+from .helpers import Api
 from .test_ingress import preview, serve
 
 # Answers with the cookies it received; /set sets one named after argv[2] (Path=/).

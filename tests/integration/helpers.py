@@ -16,8 +16,6 @@ import requests
 from createos_sync._sandboxes.watchdog import NAME as WATCHDOG_NAME
 from createos_sync.emulator import Emulator
 
-from ..waiting import wait_until as wait_until  # re-exported for the tests here
-
 # High enough that the interpreter-wide pacer never slows a test; pacing has its own tests.
 FAST = 1_000_000
 

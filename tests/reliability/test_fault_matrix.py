@@ -41,8 +41,8 @@ from ..integration.helpers import (
     StreamHasher,
     mixed_output,
     sha256,
-    wait_until,
 )
+from ..waiting import wait_until
 from .conftest import (
     KEY,
     SHORT,

@@ -44,8 +44,8 @@ from ..integration.subprocesses import (
     finish,
     read_until,
     spawn,
-    wait_until,
 )
+from ..waiting import wait_until
 from .conftest import KEY, Ledger
 
 PYTHON = sys.executable
