@@ -9,6 +9,8 @@ import pytest
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator
 
+from .subprocesses import emulator_env
+
 # High enough that the interpreter-wide pacer never slows the suite; pacing has its own tests.
 FAST = 1_000_000
 
@@ -44,3 +46,9 @@ def client(emulator: Emulator) -> Iterator[Client]:
 def box(client: Client) -> Iterator[Lease]:
     with client.lease() as lease:
         yield lease
+
+
+@pytest.fixture
+def env(emulator: Emulator) -> dict[str, str]:
+    """The environment of a CLI subprocess against the session emulator."""
+    return emulator_env(emulator)

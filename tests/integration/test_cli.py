@@ -35,11 +35,6 @@ WITHOUT_WERKZEUG = (
 )
 
 
-@pytest.fixture
-def env(emulator: Emulator) -> dict[str, str]:
-    return emulator_env(emulator)
-
-
 def test_run_exit_status_output_transfers_and_command_forms(
     env: dict[str, str], tmp_path: Path
 ) -> None:
