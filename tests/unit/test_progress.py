@@ -16,19 +16,8 @@ import tqdm.std
 from createos_sync.fanout._progress import Progress
 from createos_sync.files import Meter, _progress, metered
 
+from .streams import KernelStream, Terminal
 from .wire import SANDBOX, Service
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-class KernelStream(io.StringIO):
-    """What a Jupyter kernel puts in sys.stderr (its class lives in ipykernel)."""
-
-
-KernelStream.__module__ = "ipykernel.iostream"
 
 
 def test_the_display_is_chosen_by_where_stderr_goes() -> None:
