@@ -20,8 +20,7 @@ from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.desktop import missing_packages
 
 from ..waiting import wait_until
-from .conftest import bwrap_works
-from .helpers import Api
+from .helpers import Api, bwrap_works
 
 needs_desktop = pytest.mark.skipif(
     bool(missing_packages()),

@@ -43,11 +43,11 @@ from ..integration.helpers import (
     sha256,
 )
 from ..waiting import wait_until
-from .conftest import (
+from .ledger import Ledger
+from .support import (
     KEY,
     SHORT,
     SLOW,
-    Ledger,
     Nap,
     assert_no_secrets,
     check_no_leaks,

@@ -46,7 +46,8 @@ from ..integration.subprocesses import (
     spawn,
 )
 from ..waiting import wait_until
-from .conftest import KEY, Ledger
+from .ledger import Ledger
+from .support import KEY
 
 PYTHON = sys.executable
 STALL = 600.0  # an answer that never comes within a test
