@@ -9,10 +9,8 @@ import pytest
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator
 
+from .helpers import FAST
 from .subprocesses import emulator_env
-
-# High enough that the interpreter-wide pacer never slows the suite; pacing has its own tests.
-FAST = 1_000_000
 
 
 @pytest.fixture(scope="session")
