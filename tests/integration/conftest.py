@@ -9,7 +9,7 @@ import pytest
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator
 
-from .helpers import FAST
+from .helpers import FAST, no_new_leaks
 from .subprocesses import emulator_env
 
 
@@ -23,15 +23,9 @@ def emulator() -> Iterator[Emulator]:
 def _nothing_leaks(emulator: Emulator) -> Iterator[None]:
     """Every integration test must leave no sandbox and no process behind."""
     emulator.faults.clear()
-    before = set(emulator.live_sandboxes())
-    yield
-    emulator.faults.clear()
-    leaked = set(emulator.live_sandboxes()) - before
-    with emulator.client(requests_per_minute=FAST) as janitor:
-        for sandbox_id in leaked:  # clean up first, so that one leak does not fail later tests
-            janitor.destroy(sandbox_id)
-    assert not leaked, f"sandboxes leaked: {sorted(leaked)}"
-    assert emulator.live_processes() == []
+    with no_new_leaks(emulator):
+        yield
+        emulator.faults.clear()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import attrs
 import createos_sync as cs
 from createos_sync.emulator import Emulator
 
-from ..integration.helpers import FAST
+from ..integration.helpers import sweep
 from .ledger import LEDGER
 
 # Distinctive, so that a leak of it anywhere is found by a plain substring search.
@@ -70,13 +70,9 @@ def check_no_leaks(emulator: Emulator, before: set[str], allowed: Iterable[str] 
     """The sandboxes of ``emulator`` that appeared since ``before`` and are not in
     ``allowed`` (a cleanup error named those); all are destroyed. Each leaked sandbox
     and each process still running counts as a leak in the ledger."""
-    allowed = set(allowed)
-    left = set(emulator.live_sandboxes()) - before
-    leaked = sorted(left - allowed)
+    leaked = sorted(set(emulator.live_sandboxes()) - before - set(allowed))
     LEDGER.add(leaks=len(leaked) + len(emulator.live_processes()))
-    with emulator.client(requests_per_minute=FAST) as janitor:
-        for sandbox_id in left:
-            janitor.destroy(sandbox_id)
+    sweep(emulator, before)
     return leaked
 
 
