@@ -155,9 +155,10 @@ class _Document:
 class Journal:
     """The journal file; every method is one locked read-modify-write."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, patience: float = LOCK_PATIENCE) -> None:
         self.directory = directory if directory is not None else state_dir()
         self.path = self.directory / FILE_NAME
+        self.patience = patience  # seconds to wait for a lock held by a live process
 
     def add(self, entry: Entry) -> None:
         """Record a sandbox about to be created.
@@ -215,7 +216,7 @@ class Journal:
         lock_file = private_file(self.directory / (FILE_NAME + ".lock"), os.O_WRONLY | os.O_CREAT)
         with _threads, os.fdopen(lock_file, "w") as lock:
             if fcntl is not None:
-                _wait_for_lock(lock.fileno())
+                _wait_for_lock(lock.fileno(), self.patience)
             yield
 
     def _read(self) -> _Document:
@@ -394,8 +395,8 @@ def _entry(item: Any) -> Entry:
     )
 
 
-def _wait_for_lock(fd: int) -> None:
-    """Take the record lock, waiting at most ``LOCK_PATIENCE`` seconds.
+def _wait_for_lock(fd: int, patience: float) -> None:
+    """Take the record lock, waiting at most ``patience`` seconds.
 
     A holder that died released it (the kernel drops record locks); one that
     is alive but stopped (SIGSTOP, a debugger) must not block every other
@@ -403,7 +404,7 @@ def _wait_for_lock(fd: int) -> None:
     ``OSError``, which ``add`` turns into a refusal to create and the other
     updates into a warning (the entry stays for ``reap``).
     """
-    ends = time.monotonic() + LOCK_PATIENCE
+    ends = time.monotonic() + patience
     while True:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -414,7 +415,7 @@ def _wait_for_lock(fd: int) -> None:
         if time.monotonic() >= ends:
             raise BlockingIOError(
                 errno.EAGAIN,
-                f"its lock was held by another process for more than {LOCK_PATIENCE:g} s",
+                f"its lock was held by another process for more than {patience:g} s",
             )
         time.sleep(LOCK_POLL)
 

@@ -325,17 +325,17 @@ def _on_terminal(
     return _status(result)
 
 
-def _type_end_of_input(process: Process) -> None:
+def _type_end_of_input(process: Process, ending: float = ENDING) -> None:
     """Type Ctrl-D, as ``run()`` does: nobody types, so a command reading lines sees the end.
 
     A command that has ended already refuses input (its terminal is closed):
-    that refusal is no error, as long as the end is seen soon after it.
+    that refusal is no error, as long as the end is seen within ``ending`` seconds of it.
     """
     try:
         process.send(EOF_KEY)
     except CreateosApiError:
         with contextlib.suppress(OperationTimeout):
-            process.wait(ENDING)
+            process.wait(ending)
         if process.running:
             raise
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,7 +9,7 @@ import pytest
 
 from createos_sync.emulator import Emulator
 
-from .helpers import Api
+from .helpers import Api, bwrap_works
 
 
 def start(**kwargs: Any) -> Emulator:
@@ -43,12 +42,6 @@ def emu(make_emu: Callable[..., Emulator]) -> Emulator:
 @pytest.fixture
 def api(emu: Emulator) -> Api:
     return Api(emu)
-
-
-@functools.cache
-def bwrap_works() -> bool:
-    with Emulator(isolation="auto", rate_limit=None) as probe:
-        return probe.isolation == "bwrap"
 
 
 @pytest.fixture(params=["none", "bwrap"])

@@ -1,8 +1,9 @@
-"""A thin requests client for the emulator's tests, and polling helpers."""
+"""A thin requests client for the emulator's tests, polling helpers, whether bubblewrap works."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ import requests
 
 from createos_sync.emulator import Emulator
 
-from ..waiting import wait_until as wait_until  # re-exported for the tests here
+from ..waiting import wait_until
 
 
 class Api:
@@ -76,3 +77,9 @@ def output(frames: list[dict[str, Any]], stream: str | None = None) -> bytes:
         for f in frames
         if f["type"] == "data" and (stream is None or f["stream"] == stream)
     )
+
+
+@functools.cache
+def bwrap_works() -> bool:
+    with Emulator(isolation="auto", rate_limit=None) as probe:
+        return probe.isolation == "bwrap"

@@ -19,8 +19,8 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.desktop import missing_packages
 
-from .conftest import bwrap_works
-from .helpers import Api, wait_until
+from ..waiting import wait_until
+from .helpers import Api, bwrap_works
 
 needs_desktop = pytest.mark.skipif(
     bool(missing_packages()),

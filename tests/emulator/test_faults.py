@@ -12,7 +12,8 @@ import requests
 
 from createos_sync.emulator import OPERATIONS, Fault
 
-from .helpers import Api, output, wait_until
+from ..waiting import wait_until
+from .helpers import Api, output
 
 
 def test_operation_names_are_the_published_ones() -> None:

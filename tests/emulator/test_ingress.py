@@ -13,7 +13,9 @@ import requests
 
 from createos_sync.emulator import Emulator
 
-from .helpers import Api, wait_until
+from ..ports import free_port
+from ..waiting import wait_until
+from .helpers import Api
 
 # A server for the sandbox: binds the port in argv (default: a free one) and writes it to
 # /workspace/port.
@@ -234,10 +236,7 @@ def test_ingress_off_unknown_paused_and_unlistened_are_refused(any_api: Api) -> 
     assert off.status_code == 403 and "ingress is disabled" in off.text
     api.data("PATCH", f"/v1/sandboxes/{sandbox_id}", json={"ingress_enabled": True})
 
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    unused = free.getsockname()[1]
-    free.close()
+    unused = free_port()
     nothing = requests.get(preview(api, sandbox_id, unused), timeout=10)
     assert nothing.status_code == 502 and f"nothing listens on port {unused}" in nothing.text
 

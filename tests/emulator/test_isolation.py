@@ -20,7 +20,8 @@ import pytest
 
 from createos_sync.emulator import Emulator
 
-from .helpers import Api, output, wait_until
+from ..waiting import wait_until
+from .helpers import Api, output
 
 FILES = "/v1/sandboxes/{}/files"
 RACE_WRITES = 1500  # main let a write through within 17 to 505 of these

@@ -30,7 +30,7 @@ from createos import (
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.desktop import missing_packages
 
-from .helpers import wait_until
+from ..waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     bool(missing_packages()),

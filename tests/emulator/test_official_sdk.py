@@ -29,7 +29,7 @@ from createos import (
 
 from createos_sync.emulator import Emulator
 
-from .helpers import wait_until
+from ..waiting import wait_until
 
 WAIT = WaitOptions(timeout=30.0)
 

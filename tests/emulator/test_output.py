@@ -10,7 +10,8 @@ from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.journal import Journal
 from createos_sync.emulator._service.streams import ConnectStream
 
-from .helpers import Api, output, wait_until
+from ..waiting import wait_until
+from .helpers import Api, output
 
 GATE = 'cat >/dev/null; exec "$@"'  # waits for stdin EOF, then runs the command
 

@@ -23,7 +23,9 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine import listeners
 
-from .helpers import Api, wait_until
+from ..ports import free_port
+from ..waiting import wait_until
+from .helpers import Api
 from .test_ingress import preview, serve
 
 # Answers with the cookies it received; /set sets one named after argv[2] (Path=/).
@@ -146,9 +148,7 @@ def test_a_host_service_sharing_the_port_gets_no_preview_traffic(
     make_emu: Callable[..., Emulator],
 ) -> None:
     api = Api(make_emu(network="shared"))
-    with socket.socket() as probe:  # a free port for both
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a free port for both
     sandbox_id = api.sandbox(ingress_enabled=True)
     files = f"/v1/sandboxes/{sandbox_id}/files"
     api.data("PUT", files, params={"path": "/workspace/s.py"}, data=REUSEPORT_SERVER.encode())

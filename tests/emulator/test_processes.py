@@ -17,7 +17,8 @@ from createos_sync.emulator._machine.processes import Command, ManagedProcess
 from createos_sync.emulator._machine.proctree import read_stat as proc_stat
 from createos_sync.emulator._machine.storage import Storage
 
-from .helpers import Api, output, wait_until
+from ..waiting import wait_until
+from .helpers import Api, output
 
 
 def test_process_json_and_exit_code(any_api: Api) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from createos_sync.emulator import Emulator
 
-from .helpers import Api, wait_until
+from ..waiting import wait_until
+from .helpers import Api
 
 SERVER = (
     "import socket\n"

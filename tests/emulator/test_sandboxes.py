@@ -15,7 +15,8 @@ from createos_sync.emulator._state.catalog import SHAPES
 from createos_sync.emulator._state.sandbox import SandboxSpec
 from createos_sync.emulator._state.sandboxes import SandboxStore
 
-from .helpers import Api, wait_until
+from ..waiting import wait_until
+from .helpers import Api
 
 SANDBOX_FIELDS = {
     "id",

@@ -21,7 +21,8 @@ from createos_sync._wire.pacer import MachinePacer, shared_pacer
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._service.ratelimit import RateLimiter
 
-from .helpers import Api, wait_until
+from ..waiting import wait_until
+from .helpers import Api
 
 
 def test_client_is_configured_for_the_emulator(emu: Emulator) -> None:

@@ -16,7 +16,7 @@ import requests
 from createos_sync import Client, CreateosApiError
 from createos_sync.emulator import Emulator
 
-from .helpers import wait_until
+from ..waiting import wait_until
 
 
 def test_serves_https_with_a_certificate_from_its_own_ca(

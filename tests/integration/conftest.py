@@ -9,8 +9,8 @@ import pytest
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator
 
-# High enough that the interpreter-wide pacer never slows the suite; pacing has its own tests.
-FAST = 1_000_000
+from .helpers import FAST, no_new_leaks
+from .subprocesses import emulator_env
 
 
 @pytest.fixture(scope="session")
@@ -23,15 +23,9 @@ def emulator() -> Iterator[Emulator]:
 def _nothing_leaks(emulator: Emulator) -> Iterator[None]:
     """Every integration test must leave no sandbox and no process behind."""
     emulator.faults.clear()
-    before = set(emulator.live_sandboxes())
-    yield
-    emulator.faults.clear()
-    leaked = set(emulator.live_sandboxes()) - before
-    with emulator.client(requests_per_minute=FAST) as janitor:
-        for sandbox_id in leaked:  # clean up first, so that one leak does not fail later tests
-            janitor.destroy(sandbox_id)
-    assert not leaked, f"sandboxes leaked: {sorted(leaked)}"
-    assert emulator.live_processes() == []
+    with no_new_leaks(emulator):
+        yield
+        emulator.faults.clear()
 
 
 @pytest.fixture
@@ -44,3 +38,9 @@ def client(emulator: Emulator) -> Iterator[Client]:
 def box(client: Client) -> Iterator[Lease]:
     with client.lease() as lease:
         yield lease
+
+
+@pytest.fixture
+def env(emulator: Emulator) -> dict[str, str]:
+    """The environment of a CLI subprocess against the session emulator."""
+    return emulator_env(emulator)

@@ -7,7 +7,7 @@ import hashlib
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,8 +15,6 @@ import requests
 
 from createos_sync._sandboxes.watchdog import NAME as WATCHDOG_NAME
 from createos_sync.emulator import Emulator
-
-from ..waiting import wait_until as wait_until  # re-exported for the tests here
 
 # High enough that the interpreter-wide pacer never slows a test; pacing has its own tests.
 FAST = 1_000_000
@@ -108,26 +106,29 @@ class UrlRecorder:
 def own_emulator(**options: Any) -> Iterator[Emulator]:
     """An extra emulator (small journal, instant transitions...), checked for leaks at the end."""
     options.setdefault("rate_limit", None)
-    with Emulator(**options) as emu:
+    with Emulator(**options) as emu, no_new_leaks(emu):
         yield emu
-        leaked = emu.live_sandboxes()
-        with emu.client(requests_per_minute=FAST) as janitor:
-            for sandbox_id in leaked:
-                janitor.destroy(sandbox_id)
-        assert leaked == [], f"sandboxes leaked: {leaked}"
-        assert emu.live_processes() == []
+
+
+def sweep(emulator: Emulator, before: Iterable[str] = ()) -> list[str]:
+    """Destroy the sandboxes of ``emulator`` that appeared since ``before``; their ids, sorted."""
+    left = sorted(set(emulator.live_sandboxes()) - set(before))
+    with emulator.client(requests_per_minute=FAST) as janitor:
+        for sandbox_id in left:
+            janitor.destroy(sandbox_id)
+    return left
 
 
 @contextlib.contextmanager
 def no_new_leaks(emulator: Emulator) -> Iterator[None]:
-    """Fail if the block leaves a sandbox or a process of ``emulator`` behind."""
+    """Fail if the block leaves a sandbox or a process of ``emulator`` behind.
+
+    The leaked sandboxes are destroyed first, so that one leak does not fail later tests.
+    """
     before = set(emulator.live_sandboxes())
     yield
-    leaked = set(emulator.live_sandboxes()) - before
-    with emulator.client(requests_per_minute=FAST) as janitor:
-        for sandbox_id in leaked:
-            janitor.destroy(sandbox_id)
-    assert not leaked, f"sandboxes leaked: {sorted(leaked)}"
+    leaked = sweep(emulator, before)
+    assert not leaked, f"sandboxes leaked: {leaked}"
     assert emulator.live_processes() == []
 
 

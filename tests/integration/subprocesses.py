@@ -17,8 +17,6 @@ from typing import Any
 
 from createos_sync.emulator import Emulator
 
-from ..waiting import wait_until as wait_until  # re-exported for the tests here
-
 CLI = (sys.executable, "-m", "createos_sync")
 # Generous: the machine is small and shared; these bound hangs, they time nothing.
 DEADLINE = 60.0

@@ -11,7 +11,7 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator
 from createos_sync.process import Process
 
-from .subprocesses import wait_until
+from ..waiting import wait_until
 
 # Waits, without any timing, until the test creates the file `go` in /workspace.
 UNTIL_GO = "while [ ! -e go ]; do sleep 0.02; done"

@@ -16,6 +16,7 @@ from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.cli import main
 from createos_sync.emulator import Emulator
 
+from ..waiting import wait_until
 from .subprocesses import (
     CLI,
     Terminal,
@@ -24,7 +25,6 @@ from .subprocesses import (
     read_until,
     run_all,
     spawn,
-    wait_until,
 )
 
 # Waits, without any timing, until the test creates the file `go` in /workspace.
@@ -33,11 +33,6 @@ WITHOUT_WERKZEUG = (
     "import sys; sys.modules['werkzeug'] = None; from createos_sync.cli import main; "
     "sys.exit(main(['run', '--local', '--', 'true']))"
 )
-
-
-@pytest.fixture
-def env(emulator: Emulator) -> dict[str, str]:
-    return emulator_env(emulator)
 
 
 def test_run_exit_status_output_transfers_and_command_forms(

@@ -12,19 +12,12 @@ import subprocess
 import threading
 from pathlib import Path
 
-import pytest
-
 from createos_sync import Client
 from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.config import normalize_base_url
 from createos_sync.emulator import Emulator
 
-from .subprocesses import CLI, DEADLINE, emulator_env, read_until
-
-
-@pytest.fixture
-def env(emulator: Emulator) -> dict[str, str]:
-    return emulator_env(emulator)
+from .subprocesses import CLI, DEADLINE, read_until
 
 
 def typed(argv: list[str], env: dict[str, str], stdin: bytes | None = None) -> tuple[int, str, str]:

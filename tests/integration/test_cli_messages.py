@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from createos_sync.emulator import Emulator
 
 from .helpers import own_emulator
 from .subprocesses import CLI, Terminal, emulator_env, finish, run_all, spawn
 
 HINT = "see `createos-sync run --help`"
-
-
-@pytest.fixture
-def env(emulator: Emulator) -> dict[str, str]:
-    return emulator_env(emulator)
 
 
 def test_usage_errors_are_one_line_and_a_pointer_to_help(

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from createos_sync import Client
 from createos_sync.emulator import Emulator
 
-from .subprocesses import CLI, emulator_env, run_all
-
-
-@pytest.fixture
-def env(emulator: Emulator) -> dict[str, str]:
-    return emulator_env(emulator)
+from .subprocesses import CLI, run_all
 
 
 def test_run_with_a_disk_keeps_a_cache_between_runs(

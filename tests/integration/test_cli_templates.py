@@ -5,23 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator
 
-from .subprocesses import CLI, emulator_env, run_all
+from .subprocesses import CLI, run_all
 
 DOCKERFILE = """\
 FROM ubuntu:24.04
 ENV FROM_TEMPLATE=yes
 RUN echo built > /workspace/built.txt && echo step output
 """
-
-
-@pytest.fixture
-def env(emulator: Emulator) -> dict[str, str]:
-    return emulator_env(emulator)
 
 
 def test_template_build_ls_run_on_it_and_rm(

@@ -11,7 +11,7 @@ import pytest
 import createos_sync as cs
 from createos_sync.emulator import Emulator, Fault
 
-from ..reliability.conftest import with_cleanup_timeout
+from ..reliability.support import with_cleanup_timeout
 from .helpers import FAST, own_emulator, processes_of
 
 THREADS = 8

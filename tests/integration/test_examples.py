@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.desktop import missing_packages
 
+from ..ports import free_port
 from .subprocesses import emulator_env, finish, spawn
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -57,14 +57,8 @@ def test_every_script_is_tested() -> None:
     assert sorted(scripts) == sorted(EXPECTED)
 
 
-def free_port() -> str:
-    with socket.socket() as probe:  # the emulator's sandboxes share this machine's ports
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
-
-
 def test_the_scripts_run(emulator: Emulator, tmp_path: Path) -> None:
-    env = emulator_env(emulator, PREVIEW_PORT=free_port())
+    env = emulator_env(emulator, PREVIEW_PORT=str(free_port()))
     failing = tmp_path / "failing"
     failing.mkdir()
     (failing / "test_fails.py").write_text(

@@ -19,7 +19,8 @@ import createos_sync as cs
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator, Fault
 
-from .helpers import operations, own_emulator, processes_of, user_processes, wait_until
+from ..waiting import wait_until
+from .helpers import operations, own_emulator, processes_of, user_processes
 from .subprocesses import emulator_env, finish, read_until, spawn
 
 

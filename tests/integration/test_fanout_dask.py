@@ -21,7 +21,7 @@ from createos_sync import Client, Lease
 from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 
-from .helpers import wait_until
+from ..waiting import wait_until
 
 distributed = pytest.importorskip("distributed")
 

@@ -17,6 +17,7 @@ import createos_sync as cs
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator, Fault
 
+from ..waiting import wait_until
 from .helpers import (
     FAST,
     MIXED_LINE_BYTES,
@@ -27,7 +28,6 @@ from .helpers import (
     operations,
     processes_of,
     sha256,
-    wait_until,
 )
 
 # --- output streams --------------------------------------------------------

@@ -19,6 +19,7 @@ import createos_sync as cs
 from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator, Fault
 
+from ..waiting import wait_until
 from .helpers import (
     FAST,
     UrlRecorder,
@@ -27,7 +28,6 @@ from .helpers import (
     proc_state,
     processes_of,
     sha256,
-    wait_until,
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import createos_sync as cs
 from createos_sync import Client
 from createos_sync.emulator import Emulator
 
+from ..ports import free_port
 from .helpers import operations
 
 SERVER = ["python3", "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"]
@@ -26,12 +26,6 @@ def start_server(box: cs.Lease) -> int:
         if stream == "stdout" and found:
             return int(found.group(1))
     raise AssertionError(f"the server ended early: {server.wait()!r}")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:  # the emulator's sandboxes share the host's ports
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_a_server_in_the_sandbox_is_fetched_through_its_preview_url(

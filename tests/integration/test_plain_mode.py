@@ -18,8 +18,9 @@ from createos_sync import Lease
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.isolation import REPORTER, choose
 
+from ..waiting import wait_until
 from .helpers import FAST, own_emulator, proc_state
-from .subprocesses import finish, read_until, spawn, wait_until
+from .subprocesses import finish, read_until, spawn
 
 
 def sleepers(seconds: str) -> list[int]:

@@ -21,7 +21,8 @@ from createos_sync._wire import api as _api
 from createos_sync._wire.deadline import Deadline
 from createos_sync.emulator import Emulator, Fault
 
-from .subprocesses import CLI, emulator_env, finish, read_until, spawn, wait_until
+from ..waiting import wait_until
+from .subprocesses import CLI, emulator_env, finish, read_until, spawn
 
 # A user's script that is killed (SIGKILL: no exit hook runs) while its lease is open.
 DOOMED_SCRIPT = """

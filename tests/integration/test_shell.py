@@ -202,7 +202,7 @@ def test_run_tty_reads_end_of_input_at_once_and_follows_the_window_size(
 
 
 def test_run_tty_s_ctrl_d_to_a_command_that_has_ended_is_no_error(
-    emulator: Emulator, box: cs.Lease, monkeypatch: pytest.MonkeyPatch
+    emulator: Emulator, box: cs.Lease
 ) -> None:
     ended = box.start("exit 5", pty=True)
     assert ended.wait(timeout=DEADLINE).exit_code == 5
@@ -210,9 +210,8 @@ def test_run_tty_s_ctrl_d_to_a_command_that_has_ended_is_no_error(
     # ... but a refusal while the command still runs is an error, said once it has had time to end
     running = box.start("sleep 600", pty=True)
     emulator.faults.add(Fault("process.input", status=409))
-    monkeypatch.setattr(_run, "ENDING", 0.2)
     with pytest.raises(cs.CreateosApiError, match="HTTP 409"):
-        _run._type_end_of_input(running)
+        _run._type_end_of_input(running, ending=0.2)
 
 
 def cli_pid(child: pexpect.spawn) -> int:

@@ -19,7 +19,8 @@ from createos_sync import Client, SandboxUnavailable
 from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 
-from .helpers import operations, own_emulator, processes_of, wait_until
+from ..waiting import wait_until
+from .helpers import operations, own_emulator, processes_of
 from .subprocesses import emulator_env, read_until
 
 TTL = 5

@@ -15,7 +15,7 @@ import pytest
 from createos_sync import Client
 from createos_sync.emulator import Emulator
 
-FAST = 1_000_000  # the emulator below has no rate limit: nothing to pace
+from ..integration.helpers import FAST
 
 
 @pytest.fixture(scope="module")

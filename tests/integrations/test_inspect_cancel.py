@@ -27,8 +27,8 @@ from createos_sync.integrations.inspect import (  # noqa: E402
     CreateOSSandboxEnvironment,
 )
 
+from ..integration.helpers import FAST  # noqa: E402
 from ..waiting import wait_until  # noqa: E402
-from .conftest import FAST  # noqa: E402
 
 NO_TTL = CreateOSSandboxConfig(ttl=None)  # no watchdog process: every process is the test's
 

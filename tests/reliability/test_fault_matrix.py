@@ -41,13 +41,13 @@ from ..integration.helpers import (
     StreamHasher,
     mixed_output,
     sha256,
-    wait_until,
 )
-from .conftest import (
+from ..waiting import wait_until
+from .ledger import Ledger
+from .support import (
     KEY,
     SHORT,
     SLOW,
-    Ledger,
     Nap,
     assert_no_secrets,
     check_no_leaks,

@@ -24,7 +24,8 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator, Fault
 
 from ..integration.helpers import FAST
-from .conftest import KEY, Ledger, Nap, check_no_leaks, with_cleanup_timeout
+from .ledger import Ledger
+from .support import KEY, Nap, check_no_leaks, with_cleanup_timeout
 
 TRICKLE = 0.5  # seconds between two bytes of the answer
 DEADLINE = 2.0

@@ -30,7 +30,8 @@ from createos_sync.emulator import Emulator, Fault
 from createos_sync.files import _archive
 
 from ..integration.helpers import FAST
-from .conftest import KEY, Ledger, Nap, examples
+from .ledger import Ledger
+from .support import KEY, Nap, examples
 
 REAL_PROCESSES = settings(
     max_examples=examples(10),

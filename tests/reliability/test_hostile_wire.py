@@ -31,7 +31,7 @@ from createos_sync._wire.deadline import Deadline
 from createos_sync._wire.ndjson import MAX_LINE_BYTES, Exit
 from createos_sync.errors import CreateosApiError, Operation
 
-from .conftest import KEY, examples
+from .support import KEY, examples
 
 # --- a fake output service ------------------------------------------------------------
 

@@ -32,7 +32,8 @@ from createos_sync.emulator import Emulator, Fault
 from createos_sync.emulator._service.ratelimit import RateLimiter
 
 from ..integration.helpers import sha256
-from .conftest import KEY, LEDGER, Ledger, check_no_leaks, same_digest
+from .ledger import LEDGER, Ledger
+from .support import KEY, check_no_leaks, same_digest
 
 SCALE = 20.0  # a rate-limit minute lasts 3 s of wall time
 LIMIT = 60  # requests per (scaled) minute, for the emulator and the client alike

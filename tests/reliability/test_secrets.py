@@ -32,7 +32,8 @@ import createos_sync as cs
 from createos_sync.emulator import Emulator, Fault
 from createos_sync.emulator._service import app as emulator_app
 
-from .conftest import KEY, Ledger, assert_no_secrets, exception_texts, record_texts
+from .ledger import Ledger
+from .support import KEY, assert_no_secrets, exception_texts, record_texts
 
 BASE = "https://api.test"
 API = f"{BASE}/v1"

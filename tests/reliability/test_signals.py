@@ -44,9 +44,10 @@ from ..integration.subprocesses import (
     finish,
     read_until,
     spawn,
-    wait_until,
 )
-from .conftest import KEY, Ledger
+from ..waiting import wait_until
+from .ledger import Ledger
+from .support import KEY
 
 PYTHON = sys.executable
 STALL = 600.0  # an answer that never comes within a test

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 import responses
 
-from createos_sync import Client
+from createos_sync import Client, Lease
 
 from .wire import BASE, KEY, Service
 
@@ -31,3 +31,12 @@ def client(sleeps: list[float]) -> Iterator[Client]:
     # A huge request budget keeps the shared pacer out of wire tests; it is tested on its own.
     with Client(KEY, BASE, requests_per_minute=10**9, sleep=sleeps.append) as c:
         yield c
+
+
+@pytest.fixture
+def box(client: Client, service: Service) -> Iterator[Lease]:
+    """An open lease on a running sandbox; closed without its destroy (tests assert their own)."""
+    service.open_running()
+    lease = client.lease().open()
+    yield lease
+    lease._finish_close()

@@ -8,7 +8,7 @@ import json
 import os
 import stat
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -17,7 +17,7 @@ import pytest
 import requests
 
 import createos_sync as cs
-from createos_sync import Client, files
+from createos_sync import files
 from createos_sync.errors import UnsafeArchiveError
 from createos_sync.files import _archive
 
@@ -25,14 +25,6 @@ from .wire import API, SANDBOX, Chunked, Service, exit_frame
 
 FILES = f"/sandboxes/{SANDBOX}/files"
 PAYLOAD = bytes(range(256)) * 40  # 10 KiB, every byte value
-
-
-@pytest.fixture
-def box(client: Client, service: Service) -> Iterator[Any]:
-    service.open_running()
-    lease = client.lease().open()
-    yield lease
-    lease._finish_close()  # the tests assert their own requests
 
 
 def query_path(call: Any) -> str:

@@ -8,17 +8,7 @@ import pytest
 
 from createos_sync.fanout._progress import Progress
 
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-class KernelStream(io.StringIO):
-    """What a Jupyter kernel puts in sys.stderr (its class lives in ipykernel)."""
-
-
-KernelStream.__module__ = "ipykernel.iostream"
+from .streams import KernelStream, Terminal
 
 
 def _run(progress: Progress) -> None:

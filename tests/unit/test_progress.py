@@ -13,23 +13,11 @@ import pytest
 import tqdm
 import tqdm.std
 
-from createos_sync import Client
 from createos_sync.fanout._progress import Progress
 from createos_sync.files import Meter, _progress, metered
 
+from .streams import KernelStream, Terminal
 from .wire import SANDBOX, Service
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-class KernelStream(io.StringIO):
-    """What a Jupyter kernel puts in sys.stderr (its class lives in ipykernel)."""
-
-
-KernelStream.__module__ = "ipykernel.iostream"
 
 
 def test_the_display_is_chosen_by_where_stderr_goes() -> None:
@@ -150,14 +138,6 @@ def test_metered_closes_the_display_and_passes_callbacks_through(
             assert isinstance(meter, Meter)
             meter.start(5)
     assert log.getvalue().count("\n") == 1
-
-
-@pytest.fixture
-def box(client: Client, service: Service) -> Iterator[Any]:
-    service.open_running()
-    lease = client.lease().open()
-    yield lease
-    lease._finish_close()  # the test asserts its own requests
 
 
 def test_write_file_with_progress_true_reports_on_stderr(

@@ -10,17 +10,8 @@ from typing import Any
 import pytest
 
 import createos_sync as cs
-from createos_sync import Client
 
 from .wire import PROCESS, SANDBOX, Chunked, Service, data, exit_frame, ndjson, process
-
-
-@pytest.fixture
-def box(client: Client, service: Service) -> Any:
-    service.open_running()
-    lease = client.lease().open()
-    yield lease
-    lease._finish_close()  # the tests assert their own cleanup requests
 
 
 def test_plain_run_costs_three_requests_in_gate_order(box: Any, service: Service) -> None:

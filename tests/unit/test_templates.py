@@ -12,7 +12,7 @@ import requests
 import createos_sync as cs
 from createos_sync import Client
 
-from .wire import API, KEY, Chunked, Service
+from .wire import API, KEY, Chunked, Service, ndjson
 
 TPL = "tpl-1"
 LOGS = f"/templates/{TPL}/logs"
@@ -31,10 +31,6 @@ def event(n: int, line: str | None = None, **extra: Any) -> dict[str, Any]:
 
 def final(status: str, n: int = 99) -> dict[str, Any]:
     return event(n, f"build {status}", final=True, status=status)
-
-
-def ndjson(*events: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(e).encode() + b"\n" for e in events)
 
 
 def dropped() -> io.BufferedReader:

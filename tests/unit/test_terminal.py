@@ -10,20 +10,11 @@ from typing import Any
 import pytest
 
 import createos_sync as cs
-from createos_sync import Client
 from createos_sync._commands.terminal import terminal_size
 
 from .wire import PROCESS, SANDBOX, Service, data, exit_frame
 
 PROC_PATH = f"/sandboxes/{SANDBOX}/processes/{PROCESS}"
-
-
-@pytest.fixture
-def box(client: Client, service: Service) -> Any:
-    service.open_running()
-    lease = client.lease().open()
-    yield lease
-    lease._finish_close()  # the tests assert their own cleanup requests
 
 
 def typed(service: Service) -> list[bytes]:

@@ -91,8 +91,9 @@ class Stats:
 class Journal:
     """Thread-safe journal; pumps ``append``, streams ``attach`` readers."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, dropped_hold: float = DROPPED_HOLD) -> None:
         self._capacity = capacity
+        self._dropped_hold = dropped_hold
         self._cond = threading.Condition()
         self._frames: deque[Frame] = deque()
         self._bytes = 0
@@ -207,7 +208,7 @@ class Journal:
             self._cursors.pop(reader_id, None)
             delivered = self._delivered.pop(reader_id, None)
             if dropped and delivered is not None and not self._closed:
-                self._holds[reader_id] = (delivered, time.monotonic() + DROPPED_HOLD)
+                self._holds[reader_id] = (delivered, time.monotonic() + self._dropped_hold)
             self._cond.notify_all()
 
 

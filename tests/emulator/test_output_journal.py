@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from createos_sync.emulator._machine import journal as _journal
 from createos_sync.emulator._machine.journal import (
     ABORTED,
     End,
@@ -110,9 +109,8 @@ def test_a_frame_taken_by_a_connection_that_dropped_stays_replayable() -> None:
     assert done.wait(5)
 
 
-def test_a_dropped_readers_hold_expires(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_journal, "DROPPED_HOLD", 0.2)
-    journal = Journal(4)
+def test_a_dropped_readers_hold_expires() -> None:
+    journal = Journal(4, dropped_hold=0.2)
     reader = journal.attach(0)
     journal.append("stdout", b"1234")
     reader.drop()

@@ -19,7 +19,6 @@ from typing import Any
 import attrs
 import pytest
 
-from createos_sync._sandboxes import journal as _journal
 from createos_sync._sandboxes.journal import Entry, Journal, enabled
 from createos_sync.config import state_dir
 from createos_sync.errors import ConfigError
@@ -351,13 +350,10 @@ def test_owner_alive() -> None:
     assert Entry(name="a", base_url=URL, host="elsewhere.example").owner_alive() is None
 
 
-def test_a_live_but_stuck_lock_holder_delays_for_the_patience_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_live_but_stuck_lock_holder_delays_for_the_patience_only(tmp_path: Path) -> None:
     """A process stopped while it holds the journal's lock (SIGSTOP, a debugger) must not
     block every other lease for ever: creating refuses, forgetting only warns."""
-    monkeypatch.setattr(_journal, "LOCK_PATIENCE", 0.3)
-    journal = Journal(tmp_path)
+    journal = Journal(tmp_path, patience=0.3)
     journal.add(Entry(name="kept", base_url="https://api.test"))
     holder = subprocess.Popen(
         [
