@@ -54,7 +54,7 @@ def test_request_budget_follows_the_retry_rules_by_method(
 ) -> None:
     for _ in range(sent):
         service.add(method, "/disks/d-1", status)
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match=f"HTTP {status} during API request") as caught:
         client.request(method, "/disks/d-1")
     assert caught.value.status == status and caught.value.operation == "API request"
     assert len(service.mock.calls) == sent
@@ -62,7 +62,7 @@ def test_request_budget_follows_the_retry_rules_by_method(
 
 def test_a_lost_answer_to_a_post_is_not_repeated(client: Client, service: Service) -> None:
     service.add("POST", "/ssh-keys", body=requests.ConnectionError("reset"))
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="no answer during API request") as caught:
         client.request("POST", "/ssh-keys", json={"key": "ssh-ed25519 AAAA"})
     assert caught.value.outcome_unknown and "may have taken effect" in str(caught.value)
     assert len(service.mock.calls) == 1
