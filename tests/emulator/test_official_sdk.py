@@ -122,7 +122,7 @@ def test_set_auto_pause(box: SandboxInstance) -> None:
     assert box.set_auto_pause(120).data.auto_pause_after_seconds == 120
     assert box.refresh().data.auto_pause_after_seconds == 120
     assert box.set_auto_pause(None).data.auto_pause_after_seconds is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="auto-pause timeout must be whole seconds"):
         box.set_auto_pause(30)
 
 
