@@ -327,7 +327,7 @@ def test_fast_command_writing_more_than_the_journal_holds_loses_nothing(
     assert sha256(result.stderr) == sha256(expected_err)
     # The control: replaying the same process from the start now finds its
     # first frames evicted, so the journal really was too small to hold it all.
-    with pytest.raises(cs.OutputLostError):
+    with pytest.raises(cs.OutputLostError, match="the journal evicted them before they were read"):
         small_box.process(result.process_id).wait(timeout=30)
 
 
