@@ -100,7 +100,7 @@ def test_preview_url_and_wait_for_port(box: SandboxInstance) -> None:
     box.wait_for_port(port, timeout=10)
     page = requests.get(box.preview_url(port), timeout=10)
     assert page.status_code == 200 and page.text == "<p>served by the sandbox</p>\n"
-    with pytest.raises(createos.OperationTimeout):
+    with pytest.raises(createos.OperationTimeout, match="did not become ready"):
         box.wait_for_port(1, timeout=1)
 
 
