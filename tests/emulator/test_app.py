@@ -135,9 +135,9 @@ def test_connections_are_kept_alive(emu: Emulator) -> None:
 
 
 def test_non_loopback_host_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the emulator only listens on loopback addresses"):
         Emulator(host="0.0.0.0")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the emulator only listens on loopback addresses"):
         Emulator(host="example.com")
 
 

@@ -244,7 +244,7 @@ def test_pause_freezes_the_desktop_and_resume_brings_it_back(box: cs.Lease) -> N
     computer = box.computer
     window = xterm(box)
     box.pause()
-    with pytest.raises(cs.SandboxUnavailable):
+    with pytest.raises(cs.SandboxUnavailable, match=r"is paused: call resume\(\) first"):
         computer.screenshot()
     box.resume()
     assert computer.windows() == [window]  # the same desktop, frozen meanwhile

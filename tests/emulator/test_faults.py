@@ -78,30 +78,60 @@ def test_operation_names_are_the_published_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"operation": "sandbox.explode", "status": 500},
-        {"operation": "healthz"},
-        {"operation": "healthz", "status": 503, "drop": True},
-        {"operation": "healthz", "status": 200},
-        {"operation": "healthz", "perform": True},
-        {"operation": "healthz", "status": 503, "retry_after": 3},
-        {"operation": "healthz", "drop_after_frames": 1},
-        {"operation": "process.connect", "drop_after_frames": 1, "status": 503},
-        {"operation": "healthz", "tree_exited_false": True},
-        {"operation": "process.delete", "kill": False},
-        {"operation": "healthz", "status": 503, "times": 0},
-        {"operation": "healthz", "delay": -1},
-        {"operation": "sandbox.create", "status": 503, "perform": True},  # 503: not processed
-        {"operation": "sandbox.create", "status": 429, "perform": True},
-        {"operation": "healthz", "envelope": "error"},
-        {"operation": "healthz", "status": 400, "envelope": "jsend"},
-        {"operation": "healthz", "trickle": -1},
-        {"operation": "process.connect", "trickle": 0.1, "status": 500},
+        ({"operation": "sandbox.explode", "status": 500}, "unknown operation"),
+        ({"operation": "healthz"}, "the fault does nothing"),
+        (
+            {"operation": "healthz", "status": 503, "drop": True},
+            "status, drop and body exclude each other",
+        ),
+        (
+            {"operation": "healthz", "status": 200},
+            r"status must be an HTTP error status \(400\.\.599\)",
+        ),
+        ({"operation": "healthz", "perform": True}, "perform needs status or drop"),
+        ({"operation": "healthz", "status": 503, "retry_after": 3}, "retry_after needs status 429"),
+        (
+            {"operation": "healthz", "drop_after_frames": 1},
+            "drop_after_frames applies to process.connect and template.logs",
+        ),
+        (
+            {"operation": "process.connect", "drop_after_frames": 1, "status": 503},
+            "trickle exclude status, drop and body",
+        ),
+        (
+            {"operation": "healthz", "tree_exited_false": True},
+            "tree_exited_false applies to process.delete only",
+        ),
+        ({"operation": "process.delete", "kill": False}, "kill=False needs tree_exited_false"),
+        ({"operation": "healthz", "status": 503, "times": 0}, "times must be a positive integer"),
+        ({"operation": "healthz", "delay": -1}, "delay must be a finite number >= 0"),
+        (# 503: not processed
+            {"operation": "sandbox.create", "status": 503, "perform": True},
+            "429 and 503 mean the request was not processed",
+        ),
+        (
+            {"operation": "sandbox.create", "status": 429, "perform": True},
+            "429 and 503 mean the request was not processed",
+        ),
+        ({"operation": "healthz", "envelope": "error"}, "envelope needs status"),
+        (
+            {"operation": "healthz", "status": 400, "envelope": "jsend"},
+            "message must be a str and envelope 'fail' or 'error'",
+        ),
+        (
+            {"operation": "healthz", "trickle": -1},
+            "trickle must be a finite number of seconds >= 0",
+        ),
+        (
+            {"operation": "process.connect", "trickle": 0.1, "status": 500},
+            "trickle exclude status, drop and body",
+        ),
     ],
 )
-def test_incoherent_faults_are_refused(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_incoherent_faults_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         Fault(**kwargs)
 
 

@@ -100,7 +100,7 @@ def test_preview_url_and_wait_for_port(box: SandboxInstance) -> None:
     box.wait_for_port(port, timeout=10)
     page = requests.get(box.preview_url(port), timeout=10)
     assert page.status_code == 200 and page.text == "<p>served by the sandbox</p>\n"
-    with pytest.raises(createos.OperationTimeout):
+    with pytest.raises(createos.OperationTimeout, match="did not become ready"):
         box.wait_for_port(1, timeout=1)
 
 
@@ -122,7 +122,7 @@ def test_set_auto_pause(box: SandboxInstance) -> None:
     assert box.set_auto_pause(120).data.auto_pause_after_seconds == 120
     assert box.refresh().data.auto_pause_after_seconds == 120
     assert box.set_auto_pause(None).data.auto_pause_after_seconds is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="auto-pause timeout must be whole seconds"):
         box.set_auto_pause(30)
 
 

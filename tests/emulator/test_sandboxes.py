@@ -240,5 +240,5 @@ def test_a_failed_sandbox_ends_its_streams_without_an_exit_and_refuses_work(api:
     created = api.call("POST", f"/v1/sandboxes/{sandbox_id}/processes", json={"cmd": "true"})
     assert created.status_code == 409
     api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="status must be 'failed' or 'error'"):
         api.emu.fail_sandbox(sandbox_id, "paused")

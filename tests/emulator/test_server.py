@@ -135,7 +135,7 @@ def test_sandbox_path_maps_the_three_trees(emu: Emulator) -> None:
     sandbox_id = Api(emu).sandbox()
     home = emu.sandbox_path(sandbox_id, "/home/user/.bashrc")
     assert home.parent == emu.sandbox_path(sandbox_id, "/home/user")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not under /workspace, /tmp or /home/user"):
         emu.sandbox_path(sandbox_id, "/etc/passwd")
     with pytest.raises(KeyError):
         emu.sandbox_path("sb-nope", "/workspace")
@@ -185,15 +185,18 @@ def test_command_line_refuses_a_public_host() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"isolation": "chroot"},
-        {"frame_bytes": 0},
-        {"journal_bytes": 1024, "frame_bytes": 2048},
-        {"journal_bytes": 4 << 20, "frame_bytes": 1 << 20},
-        {"heartbeat_interval": 0},
+        ({"isolation": "chroot"}, "isolation must be 'auto', 'bwrap' or 'none', not 'chroot'"),
+        ({"frame_bytes": 0}, "need 1 <= frame_bytes <= journal_bytes"),
+        ({"journal_bytes": 1024, "frame_bytes": 2048}, "need 1 <= frame_bytes <= journal_bytes"),
+        (
+            {"journal_bytes": 4 << 20, "frame_bytes": 1 << 20},
+            "need 1 <= frame_bytes <= journal_bytes and <= 768 KiB",
+        ),
+        ({"heartbeat_interval": 0}, "heartbeat_interval > 0"),
     ],
 )
-def test_bad_options_are_refused(kwargs: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
+def test_bad_options_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         Emulator(**kwargs)  # type: ignore[arg-type]

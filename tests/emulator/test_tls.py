@@ -26,7 +26,7 @@ def test_serves_https_with_a_certificate_from_its_own_ca(
     assert emu.url.startswith("https://127.0.0.1:")
     assert emu.ca_path is not None and Path(emu.ca_path).is_file()
     assert requests.get(emu.url + "/healthz", verify=emu.ca_path, timeout=10).ok
-    with pytest.raises(requests.exceptions.SSLError):
+    with pytest.raises(requests.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
         requests.get(emu.url + "/healthz", verify=True, timeout=10)  # the system's CAs only
     ca_dir = Path(emu.ca_path).parent
     emu.close()

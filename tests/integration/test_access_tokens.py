@@ -23,10 +23,14 @@ def test_a_token_drives_its_sandbox_and_is_refused_for_another(
             with delegated.lease(sandbox_id=mine.id) as box:
                 assert box.run("echo driven by a token").stdout == "driven by a token\n"
                 box.write_file("/workspace/t.txt", b"ok")
-            with pytest.raises(cs.CreateosApiError) as refused:
+            with pytest.raises(
+                cs.CreateosApiError, match="HTTP 404 during sandbox lifecycle"
+            ) as refused:
                 delegated.lease(sandbox_id=other.id).open()
             assert refused.value.status == 404  # as the service answers: not yours
-            with pytest.raises(cs.CreateosApiError) as account_wide:
+            with pytest.raises(
+                cs.CreateosApiError, match="HTTP 403 during sandbox listing"
+            ) as account_wide:
                 delegated.sandboxes()
             assert account_wide.value.status == 403
         assert mine.read_file("/workspace/t.txt") == b"ok"
@@ -44,13 +48,15 @@ def test_rotate_invalidates_the_old_token_and_disable_the_new_one(
             info.hint[-4:]
         )
         with Client(api_key=old, base_url=emulator.url, requests_per_minute=FAST) as stale:
-            with pytest.raises(cs.CreateosApiError) as caught:
+            with pytest.raises(
+                cs.CreateosApiError, match="HTTP 401 during sandbox lifecycle"
+            ) as caught:
                 stale.sandbox(box.id)
             assert caught.value.status == 401
         with Client(api_key=new, base_url=emulator.url, requests_per_minute=FAST) as fresh:
             assert fresh.sandbox(box.id).id == box.id
             box.disable_access_token()
-            with pytest.raises(cs.CreateosApiError):
+            with pytest.raises(cs.CreateosApiError, match="HTTP 401 during sandbox lifecycle"):
                 fresh.sandbox(box.id)
         assert box.access_token_info().enabled is False
 
@@ -65,7 +71,7 @@ def test_a_lease_that_keeps_its_sandbox_disables_the_token_it_made(
     assert operations(emulator) == [("token.delete", 200)]  # 1 request, and nothing destroyed
     try:
         gone = Client(api_key=token, base_url=emulator.url, requests_per_minute=FAST)
-        with gone, pytest.raises(cs.CreateosApiError):
+        with gone, pytest.raises(cs.CreateosApiError, match="HTTP 401 during sandbox lifecycle"):
             gone.sandbox(box.id or "")
     finally:
         client.destroy(box.id or "")

@@ -65,7 +65,7 @@ def test_send_and_close_stdin_to_an_interactive_process(box: cs.Lease) -> None:
 
 def test_wait_with_a_timeout_leaves_the_process_running(emulator: Emulator, box: cs.Lease) -> None:
     process = box.start(f"{UNTIL_GO}; exit 7")
-    with pytest.raises(cs.OperationTimeout):
+    with pytest.raises(cs.OperationTimeout, match=r"did not finish within 0\.05 s"):
         process.wait(timeout=0.05)
     assert process.running and tree_alive(emulator, process)
     box.write_file("/workspace/go", b"")
@@ -107,7 +107,7 @@ def test_reattach_after_the_first_handle_is_dropped_replays_the_output(
 
     finished = box.process(process_id)  # a finished process can be read again too
     assert finished.wait(timeout=60).stdout == "first\nsecond\n"
-    with pytest.raises(cs.SandboxUnavailable):
+    with pytest.raises(cs.SandboxUnavailable, match="it has no process proc-does-not-exist"):
         box.process("proc-does-not-exist")
 
 

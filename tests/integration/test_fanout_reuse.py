@@ -105,7 +105,7 @@ def test_the_first_failure_closes_the_pool_too(emulator: Emulator, client: Clien
         return n
 
     emulator.clear_request_log()
-    with pytest.raises(cs.CommandFailed):
+    with pytest.raises(cs.CommandFailed, match="command 'exit 7' exited with status 7"):
         cs.map(fn, range(20), client=client, concurrency=2, reuse=True)
     ops = _counts(emulator)
     assert ops["sandbox.create"] == ops["sandbox.delete"] <= 2

@@ -193,9 +193,9 @@ def test_ambiguous_process_creation_poisons_the_lease(emulator: Emulator, client
     assert sandbox_id in str(caught.value)
     assert len(processes_of(emulator, sandbox_id)) == 1  # it does exist
     emulator.clear_request_log()
-    with pytest.raises(cs.CreateosCleanupError):
+    with pytest.raises(cs.CreateosCleanupError, match="this lease is poisoned"):
         box.run("echo refused")
-    with pytest.raises(cs.CreateosCleanupError):
+    with pytest.raises(cs.CreateosCleanupError, match="this lease is poisoned"):
         box.start("echo refused")
     assert operations(emulator) == []  # refused before any request
 

@@ -109,7 +109,9 @@ def test_a_pipe_is_sent_once_and_never_replayed(emulator: Emulator, box: Lease) 
     emulator.faults.add(Fault("file.write", status=503))
     emulator.clear_request_log()
 
-    with open(read_end, "rb") as pipe, pytest.raises(cs.CreateosApiError):
+    with open(read_end, "rb") as pipe, pytest.raises(
+        cs.CreateosApiError, match="HTTP 503 during file transfer"
+    ):
         box.write_file("/workspace/p", pipe)
 
     assert file_operations(emulator, box) == ["file.write"]
@@ -123,7 +125,9 @@ def test_a_dropped_download_is_retried(emulator: Emulator, box: Lease, tmp_path:
 
 
 def test_a_missing_remote_file_leaves_nothing_locally(box: Lease, tmp_path: Path) -> None:
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(
+        cs.CreateosApiError, match="no such file or directory in the sandbox"
+    ) as caught:
         box.download("/workspace/missing", tmp_path / "f")
     assert caught.value.status == 404
     assert os.listdir(tmp_path) == []
@@ -243,7 +247,9 @@ def test_a_missing_remote_file_is_a_file_not_found_error_naming_it(
         lambda: box.read_file("/workspace/nope"),
         lambda: box.download("/workspace/nope", tmp_path / "copy"),
     ):
-        with pytest.raises(FileNotFoundError) as caught:
+        with pytest.raises(
+            FileNotFoundError, match="no such file or directory in the sandbox: /workspace/nope"
+        ) as caught:
             attempt()
         error = caught.value
         assert isinstance(error, cs.RemoteFileNotFoundError) and error.status == 404
@@ -259,11 +265,11 @@ def test_a_directory_transfer_interrupted_by_a_fault_removes_its_scratch_file(
     (tmp_path / "src" / "f").write_bytes(b"x")
     box.run("mkdir -p /workspace/d && echo hi > /workspace/d/f", check=True)
     emulator.faults.add(Fault("file.read", status=404))
-    with pytest.raises(cs.CreateosApiError):
+    with pytest.raises(cs.CreateosApiError, match="HTTP 404 during file transfer"):
         box.download_dir("/workspace/d", tmp_path / "out")
     emulator.faults.clear()
     emulator.faults.add(Fault("process.create", status=400))
-    with pytest.raises(cs.CreateosApiError):
+    with pytest.raises(cs.CreateosApiError, match="HTTP 400 during process creation"):
         box.upload_dir(tmp_path / "src", "/workspace/d2")
     assert scratch_files(emulator, box) == []
     assert sorted(os.listdir(tmp_path)) == ["src"]

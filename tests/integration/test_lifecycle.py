@@ -233,9 +233,9 @@ def test_close_is_idempotent_and_a_closed_lease_refuses_work(client: Client) -> 
     lease.close()
     lease.close()
 
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="this lease is closed"):
         lease.run("true")
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="leases cannot be reopened"):
         lease.open()
 
 
@@ -400,7 +400,7 @@ def test_the_escape_hatch_reaches_an_endpoint_the_package_does_not_wrap(
         assert sandbox["id"] == box.id and sandbox["status"] == "running"
         emulator.faults.add(Fault("whoami", status=503))
         assert client.request("GET", "/v1/whoami")["user_id"] == whoami["user_id"]  # retried
-        with pytest.raises(cs.CreateosApiError) as caught:
+        with pytest.raises(cs.CreateosApiError, match="HTTP 400 during API request") as caught:
             client.request("POST", "/sandboxes", json={"shape": "s-0vcpu-0gb"})
         assert caught.value.server_message == "unknown shape"
         assert str(caught.value).startswith("HTTP 400 during API request (request id req-")

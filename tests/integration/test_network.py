@@ -103,7 +103,7 @@ def test_egress_rules_round_trip(client: Client, emulator: Emulator) -> None:
             ("sandbox.egress", 200), ("sandbox.egress", 200), ("sandbox.egress", 200),
             ("sandbox.get", 200), ("sandbox.egress", 200),
         ]  # fmt: skip
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="egress must be a sequence of rule strings"):
             box.set_egress("pypi.org")
         assert len(operations(emulator, box.id)) == 5
 
@@ -116,7 +116,7 @@ def test_auto_pause_is_set_and_turned_off(client: Client, emulator: Emulator) ->
         assert box.info().auto_pause_after == 120
         assert box.set_auto_pause(None).auto_pause_after is None
         assert box.info().auto_pause_after is None
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"auto-pause must be whole seconds in 60\.\.86400"):
             box.set_auto_pause(30)
         assert [op for op, _ in operations(emulator, box.id)] == [
             "sandbox.patch", "sandbox.get", "sandbox.patch", "sandbox.get",

@@ -86,13 +86,15 @@ def test_network_arguments_are_checked_before_any_request(
     client: Client, emulator: Emulator
 ) -> None:
     emulator.clear_request_log()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"a network name is 1\.\.63 letters"):
         client.create_network("has space")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="network must be a Network or a network id"):
         client.lease(networks=[3])  # type: ignore[list-item]
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match="networks must be a sequence of Network objects or network ids"
+    ):
         client.lease(networks="net_1")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'not-an-ip' is not an IP address"):
         client.sandbox_by_ip("not-an-ip")
     assert emulator.request_log == []
 

@@ -327,7 +327,7 @@ def test_fast_command_writing_more_than_the_journal_holds_loses_nothing(
     assert sha256(result.stderr) == sha256(expected_err)
     # The control: replaying the same process from the start now finds its
     # first frames evicted, so the journal really was too small to hold it all.
-    with pytest.raises(cs.OutputLostError):
+    with pytest.raises(cs.OutputLostError, match="the journal evicted them before they were read"):
         small_box.process(result.process_id).wait(timeout=30)
 
 
@@ -412,13 +412,13 @@ def test_a_command_too_long_for_an_argument_is_staged_as_a_file(
 def test_invalid_arguments_send_no_request(emulator: Emulator, box: Lease) -> None:
     emulator.clear_request_log()
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="argv item 1 contains a NUL character"):
         box.run(["echo", "nul\0byte"])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid environment variable name 'BAD-NAME'"):
         box.run("true", env={"BAD-NAME": "x"})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cwd contains a NUL character"):
         box.run("true", cwd="/tmp\0x")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="stdin must be str, bytes, a binary file object or None"):
         box.run("cat", stdin=12)  # type: ignore[arg-type]
 
     assert operations(emulator) == []

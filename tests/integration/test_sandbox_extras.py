@@ -33,5 +33,5 @@ def test_grow_disk_ssh_keys_bandwidth_and_lookup_by_ip(
             "sandbox.recharge", "sandbox.get", "sandbox.by_ip",
         ]  # fmt: skip
         assert box.info().disk_mib == size + 512
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="every ssh key must be one OpenSSH public key line"):
         client.lease(ssh_keys=["not a key"])

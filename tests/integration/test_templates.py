@@ -102,24 +102,60 @@ def test_a_dropped_log_stream_is_reconnected_without_repeating_a_line(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "error"),
+    ("arguments", "error", "message"),
     [
-        ({"name": "", "dockerfile": "FROM ubuntu:24.04\n"}, ValueError),
-        ({"name": "  ", "dockerfile": "FROM ubuntu:24.04\n"}, ValueError),
-        ({"name": "x\n", "dockerfile": "FROM ubuntu:24.04\n"}, ValueError),
-        ({"name": "x", "dockerfile": b"FROM ubuntu:24.04\n"}, TypeError),
-        ({"name": "x", "dockerfile": ""}, ValueError),
-        ({"name": "x", "dockerfile": "FROM x\n", "base": ""}, ValueError),
-        ({"name": "x", "dockerfile": "FROM x\n", "on_log": "print"}, TypeError),
-        ({"name": "x", "dockerfile": "FROM x\n", "timeout": 0}, ValueError),
-        ({"name": 3, "dockerfile": "FROM x\n"}, TypeError),
+        (
+            {"name": "", "dockerfile": "FROM ubuntu:24.04\n"},
+            ValueError,
+            r"name must be 1\.\.128 printable characters",
+        ),
+        (
+            {"name": "  ", "dockerfile": "FROM ubuntu:24.04\n"},
+            ValueError,
+            r"name must be 1\.\.128 printable characters",
+        ),
+        (
+            {"name": "x\n", "dockerfile": "FROM ubuntu:24.04\n"},
+            ValueError,
+            r"name must be 1\.\.128 printable characters",
+        ),
+        (
+            {"name": "x", "dockerfile": b"FROM ubuntu:24.04\n"},
+            TypeError,
+            r"dockerfile must be the Dockerfile's text \(a str\)",
+        ),
+        (
+            {"name": "x", "dockerfile": ""},
+            ValueError,
+            "dockerfile must be non-empty text without NUL",
+        ),
+        (
+            {"name": "x", "dockerfile": "FROM x\n", "base": ""},
+            ValueError,
+            "base must be a non-empty str or None",
+        ),
+        (
+            {"name": "x", "dockerfile": "FROM x\n", "on_log": "print"},
+            TypeError,
+            "on_log must be callable",
+        ),
+        (
+            {"name": "x", "dockerfile": "FROM x\n", "timeout": 0},
+            ValueError,
+            "timeout must be a positive, finite number of seconds",
+        ),
+        ({"name": 3, "dockerfile": "FROM x\n"}, TypeError, "name must be a str"),
     ],
 )
 def test_invalid_build_arguments_raise_before_any_request(
-    emulator: Emulator, client: Client, arguments: dict[str, Any], error: type[Exception]
+    emulator: Emulator,
+    client: Client,
+    arguments: dict[str, Any],
+    error: type[Exception],
+    message: str,
 ) -> None:
     emulator.clear_request_log()
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         client.build_template(**arguments)
     assert emulator.request_log == []
 
@@ -135,7 +171,7 @@ def test_listing_reading_and_deleting_templates(emulator: Emulator, client: Clie
     assert [op for op, _ in operations(emulator)] == [
         "template.list", "template.get", "template.delete", "template.delete", "template.list"
     ]  # one request each  # fmt: skip
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="template_id must be a non-empty str"):
         client.template("")
 
 

@@ -64,7 +64,7 @@ def test_a_trickling_answer_does_not_outlive_an_operations_deadline(
         box = client.lease().open()
         emu.faults.add(Fault("sandbox.get", trickle=TRICKLE))
         started = time.monotonic()
-        with pytest.raises(cs.CreateosError):
+        with pytest.raises(cs.CreateosApiError, match="no answer before the deadline"):
             box.info()
         took = time.monotonic() - started
         box.close()
@@ -83,7 +83,9 @@ def test_a_trickling_answer_does_not_outlive_cleanups_deadline(
         emu.faults.add(Fault("process.delete", trickle=TRICKLE, times=2))
         emu.faults.add(Fault("process.get", trickle=TRICKLE, times=1))
         started = time.monotonic()
-        with pytest.raises(cs.CreateosCleanupError) as caught:
+        with pytest.raises(
+            cs.CreateosCleanupError, match="containment unconfirmed: termination of process"
+        ) as caught:
             box.close()  # no answer of the DELETEs nor of the read arrives whole: destroyed
         took = time.monotonic() - started
     assert caught.value.sandbox_destroyed is True
@@ -105,9 +107,11 @@ def test_a_sandbox_failing_mid_run_is_sandbox_unavailable(
                 emu.fail_sandbox(sandbox_id, status)
 
         started = time.monotonic()
-        with pytest.raises(cs.SandboxUnavailable) as during:
+        with pytest.raises(cs.SandboxUnavailable, match="stopped serving while process") as during:
             box.run("echo begun; exec sleep 60", timeout=30, on_output=fail_once_begun)
-        with pytest.raises(cs.SandboxUnavailable) as after:
+        with pytest.raises(
+            cs.SandboxUnavailable, match="it can no longer start processes"
+        ) as after:
             box.run("true")  # the creation's 409 is explained, not shown as "HTTP 409"
         took = time.monotonic() - started
     for caught in (during.value, after.value):

@@ -317,13 +317,13 @@ def test_a_stream_outside_the_protocol_is_an_error_and_nothing_is_invented(
 def test_a_deeply_nested_frame_is_a_protocol_error() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000 + b"\n"
     journal = DefectiveJournal([Frame(1, "stdout", b"a").line(), deep], [])
-    with pytest.raises(cs.ProtocolError):
+    with pytest.raises(cs.ProtocolError, match="an output stream line is not JSON"):
         Follower(journal.open, Collected(), sleep=lambda s: None).follow(Deadline.after(60))
 
 
 def test_an_exit_frame_from_the_future_is_an_error() -> None:
     for line in (b'{"type": "exit", "exit_code": "0"}\n', b'{"type": "exit", "signal": 9}\n'):
-        with pytest.raises(cs.ProtocolError):
+        with pytest.raises(cs.ProtocolError, match=r"an exit frame's (exit_code|signal) is not"):
             follow(FakeJournal([Frame(1, "stdout", b"x")], [], exit_line=line))
 
 
@@ -394,7 +394,7 @@ def test_arbitrary_bytes_are_a_protocol_error_or_a_valid_envelope(body: bytes) -
     ids=["deep-array", "deep-object", "utf16-bom", "lone-surrogate", "huge-number", "nul"],
 )
 def test_pathological_bodies_are_protocol_errors(body: bytes) -> None:
-    with pytest.raises(cs.ProtocolError):
+    with pytest.raises(cs.ProtocolError, match="the answer to probe is not"):
         decode_envelope(body, "probe")
 
 
@@ -476,9 +476,11 @@ def test_process_creation_answered_with_a_wrong_envelope_poisons_the_lease(
         mock.add("POST", f"{SB}/processes", body=json.dumps(document), status=201)
         mock.add("DELETE", SB, json={"status": "success", "data": {"id": "sb-1"}})  # fmt: skip
         box = hostile_client.lease(ttl=None).open()  # the first process creation is the run's
-        with pytest.raises(cs.ProtocolError):
+        with pytest.raises(
+            cs.ProtocolError, match="the process may have been created; the lease is poisoned"
+        ):
             box.run("true")
-        with pytest.raises(cs.CreateosCleanupError):
+        with pytest.raises(cs.CreateosCleanupError, match="this lease is poisoned"):
             box.run("true")  # poisoned: refused before any request
         with pytest.raises(cs.CreateosCleanupError) as closing:
             box.close()

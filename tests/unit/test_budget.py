@@ -58,7 +58,7 @@ def test_a_wait_past_the_deadline_raises_instead(path: Path) -> None:
     t = FakeTime()
     pacer = MachinePacer(1, BudgetRecord(path, 60.0), clock=t.clock, sleep=t.sleep)
     pacer.acquire()
-    with pytest.raises(OperationTimeout):
+    with pytest.raises(OperationTimeout, match="the request rate limit leaves no slot in time"):
         pacer.acquire(Deadline.after(5, clock=t.clock))
     assert t.slept == []
 
@@ -241,7 +241,9 @@ def test_an_unwritable_state_directory_falls_back_to_the_process_with_one_warnin
             pacer = client.transport._pacer
             assert isinstance(pacer, MachinePacer)
             # pacing goes on in this process: the third request in the window must wait
-            with pytest.raises(OperationTimeout):
+            with pytest.raises(
+                OperationTimeout, match="the request rate limit leaves no slot in time"
+            ):
                 pacer.acquire(Deadline.after(0.2))
     assert caplog.text.count("cannot be kept") == 1
 

@@ -54,7 +54,7 @@ def test_request_budget_follows_the_retry_rules_by_method(
 ) -> None:
     for _ in range(sent):
         service.add(method, "/disks/d-1", status)
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match=f"HTTP {status} during API request") as caught:
         client.request(method, "/disks/d-1")
     assert caught.value.status == status and caught.value.operation == "API request"
     assert len(service.mock.calls) == sent
@@ -62,7 +62,7 @@ def test_request_budget_follows_the_retry_rules_by_method(
 
 def test_a_lost_answer_to_a_post_is_not_repeated(client: Client, service: Service) -> None:
     service.add("POST", "/ssh-keys", body=requests.ConnectionError("reset"))
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="no answer during API request") as caught:
         client.request("POST", "/ssh-keys", json={"key": "ssh-ed25519 AAAA"})
     assert caught.value.outcome_unknown and "may have taken effect" in str(caught.value)
     assert len(service.mock.calls) == 1
@@ -112,21 +112,42 @@ def test_a_path_that_is_not_a_relative_api_path_is_refused_before_any_request(
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs", "error"),
+    ("args", "kwargs", "error", "message"),
     [
-        (("FETCH", "/x"), {}, ValueError),
-        ((1, "/x"), {}, TypeError),
-        (("GET", b"/x"), {}, TypeError),
-        (("POST", "/x"), {"json": {"a": object()}}, TypeError),
-        (("POST", "/x"), {"json": {"a": float("nan")}}, TypeError),
-        (("GET", "/x"), {"params": {"a": None}}, TypeError),
-        (("GET", "/x"), {"params": [("a", "b")]}, TypeError),
+        (("FETCH", "/x"), {}, ValueError, "method must be one of DELETE, GET"),
+        ((1, "/x"), {}, TypeError, "method must be a str such as 'GET'"),
+        (("GET", b"/x"), {}, TypeError, "path must be a str such as '/whoami'"),
+        (
+            ("POST", "/x"), {"json": {"a": object()}},
+            TypeError,
+            r"json must be JSON-serialisable \(TypeError\)",
+        ),
+        (
+            ("POST", "/x"), {"json": {"a": float("nan")}},
+            TypeError,
+            r"json must be JSON-serialisable \(ValueError\)",
+        ),
+        (
+            ("GET", "/x"), {"params": {"a": None}},
+            TypeError,
+            r"params\['a'\] must be a str, int, finite float or bool",
+        ),
+        (
+            ("GET", "/x"), {"params": [("a", "b")]},
+            TypeError,
+            "params must be a mapping of names to str",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_before_any_request(
-    client: Client, service: Service, args: tuple[Any, ...], kwargs: dict[str, Any], error: type
+    client: Client,
+    service: Service,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    error: type,
+    message: str,
 ) -> None:
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         client.request(*args, **kwargs)
     assert len(service.mock.calls) == 0
 

@@ -123,7 +123,7 @@ def test_a_command_too_long_for_an_argument_runs_from_a_staged_script(
     tmp_path: os.PathLike[str],
 ) -> None:
     command = Command.parse("echo " + "x" * 200_000 + " | wc -c\necho $LINENO", env={"A": "1"})
-    with pytest.raises(CommandTooLong):
+    with pytest.raises(CommandTooLong, match="too long to pass as an argument"):
         command.wrapper(Gate.STDIN_EOF)
     script = os.path.join(tmp_path, "script")
     with open(script, "w") as f:

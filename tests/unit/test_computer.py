@@ -221,51 +221,59 @@ def test_a_screenshot_that_is_not_a_png_is_a_protocol_error(
 
 # --- checked before any request --------------------------------------------------
 
-BAD: list[tuple[Callable[[Computer], Any], type[Exception]]] = [
-    (lambda c: c.move(-1, 0), ValueError),
-    (lambda c: c.move(0, 40000), ValueError),
-    (lambda c: c.move(1.5, 0), TypeError),
-    (lambda c: c.move(True, 0), TypeError),
-    (lambda c: c.click(1, 1, button="back"), ValueError),
-    (lambda c: c.click(1, 1, double=1), TypeError),
-    (lambda c: c.scroll(1, 1, dx=2, dy=1), ValueError),
-    (lambda c: c.scroll(1, 1), ValueError),
-    (lambda c: c.scroll(1, 1, dy=1000), ValueError),
-    (lambda c: c.type(b"bytes"), TypeError),
-    (lambda c: c.type("a\x00b"), ValueError),
-    (lambda c: c.type("x" * 100_001), ValueError),
-    (lambda c: c.press(), ValueError),
-    (lambda c: c.press("ctrl c"), ValueError),
-    (lambda c: c.press(3), TypeError),
-    (lambda c: c.set_clipboard(None), TypeError),
-    (lambda c: c.launch(""), ValueError),
-    (lambda c: c.launch("xterm\nrm -rf /"), ValueError),
-    (lambda c: c.open("a\x1b[2Jb"), ValueError),
-    (lambda c: c.focus("../../x"), ValueError),
-    (lambda c: c.focus(42), TypeError),
-    (lambda c: c.resize_window("42", 0, 10), ValueError),
-    (lambda c: c.screenshot(window="42", region=(0, 0, 1, 1)), ValueError),
-    (lambda c: c.screenshot(region=(0, 0, 1)), TypeError),
-    (lambda c: c.on("screen-9"), ValueError),
-    (lambda c: c.on("../screens"), ValueError),
-    (lambda c: c.add_screen(0, 100), ValueError),
-    (lambda c: c.windows(application="a\nb"), ValueError),
+BAD: list[tuple[Callable[[Computer], Any], type[Exception], str]] = [
+    (lambda c: c.move(-1, 0), ValueError, r"x must be in 0\.\.32767, not -1"),
+    (lambda c: c.move(0, 40000), ValueError, r"y must be in 0\.\.32767, not 40000"),
+    (lambda c: c.move(1.5, 0), TypeError, r"x must be an int \(pixels\)"),
+    (lambda c: c.move(True, 0), TypeError, r"x must be an int \(pixels\)"),
+    (lambda c: c.click(1, 1, button="back"), ValueError, "button must be one of left, middle"),
+    (lambda c: c.click(1, 1, double=1), TypeError, "double must be True or False"),
+    (lambda c: c.scroll(1, 1, dx=2, dy=1), ValueError, "scrolls vertically only: dx must be 0"),
+    (lambda c: c.scroll(1, 1), ValueError, "dy must say how many wheel clicks"),
+    (lambda c: c.scroll(1, 1, dy=1000), ValueError, r"dy must be in -100\.\.100, not 1000"),
+    (lambda c: c.type(b"bytes"), TypeError, "text must be a str"),
+    (lambda c: c.type("a\x00b"), ValueError, "text must not contain NUL"),
+    (lambda c: c.type("x" * 100_001), ValueError, "text is longer than 100000 characters"),
+    (lambda c: c.press(), ValueError, "give at least one key"),
+    (lambda c: c.press("ctrl c"), ValueError, r"a key name must be 1\.\.64 characters"),
+    (lambda c: c.press(3), TypeError, "each key must be a str"),
+    (lambda c: c.set_clipboard(None), TypeError, "text must be a str"),
+    (lambda c: c.launch(""), ValueError, "cmd must be a non-empty line without control"),
+    (lambda c: c.launch("xterm\nrm -rf /"), ValueError, "cmd must be a non-empty line"),
+    (lambda c: c.open("a\x1b[2Jb"), ValueError, "target must be a non-empty line without control"),
+    (lambda c: c.focus("../../x"), ValueError, "window is not a plausible window id"),
+    (lambda c: c.focus(42), TypeError, r"window must be a Window \(from windows\(\)\) or its id"),
+    (lambda c: c.resize_window("42", 0, 10), ValueError, r"width must be in 1\.\.16384, not 0"),
+    (
+        lambda c: c.screenshot(window="42", region=(0, 0, 1, 1)),
+        ValueError,
+        "give window or region, not both",
+    ),
+    (lambda c: c.screenshot(region=(0, 0, 1)), TypeError, r"region must be a tuple \(x, y,"),
+    (lambda c: c.on("screen-9"), ValueError, r"screen must be one of screen-0 \.\. screen-7"),
+    (lambda c: c.on("../screens"), ValueError, r"screen must be one of screen-0 \.\. screen-7"),
+    (lambda c: c.add_screen(0, 100), ValueError, r"width must be in 1\.\.16384, not 0"),
+    (lambda c: c.windows(application="a\nb"), ValueError, "application must be a non-empty line"),
 ]
 
 
-@pytest.mark.parametrize(("act", "error"), BAD)
+@pytest.mark.parametrize(("act", "error", "message"), BAD)
 def test_bad_arguments_fail_before_any_request(
-    box: cs.Lease, service: Service, act: Callable[[Computer], Any], error: type[Exception]
+    box: cs.Lease,
+    service: Service,
+    act: Callable[[Computer], Any],
+    error: type[Exception],
+    message: str,
 ) -> None:
     before = len(service.mock.calls)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         act(box.computer)
     assert len(service.mock.calls) == before
 
 
 def test_a_closed_lease_has_no_computer_to_drive(client: Client, service: Service) -> None:
     lease = client.lease(rootfs="desktop:1")
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="this lease is not open"):
         lease.computer.screenshot()
     assert len(service.mock.calls) == 0
 
@@ -293,7 +301,7 @@ def test_an_input_is_never_repeated_after_an_unknown_outcome(
     box: cs.Lease, service: Service
 ) -> None:
     service.add("POST", C + "/mouse/click", 502)
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="HTTP 502 during computer use") as caught:
         box.computer.click(1, 1)
     assert caught.value.status == 502 and caught.value.outcome_unknown
     assert len(computer_calls(service)) == 1  # a second click would be a double click
@@ -344,7 +352,7 @@ def test_an_implausible_screen_size_is_a_protocol_error(
     box: cs.Lease, service: Service, answer: dict[str, Any]
 ) -> None:
     service.add("GET", C + "/screen", body=answer)
-    with pytest.raises(cs.ProtocolError):
+    with pytest.raises(cs.ProtocolError, match=r"screen width in the answer .* not plausible"):
         box.computer.screen()
 
 

@@ -92,18 +92,18 @@ def test_unsendable_keys_are_rejected_without_being_shown(key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"timeout": 0},
-        {"timeout": float("inf")},
-        {"max_retries": -1},
-        {"requests_per_minute": 0},
-        {"timeout": "5"},
-        {"max_retries": True},
+        ({"timeout": 0}, "timeout must be a positive, finite number of seconds"),
+        ({"timeout": float("inf")}, "timeout must be a positive, finite number of seconds"),
+        ({"max_retries": -1}, "max_retries must be an integer >= 0"),
+        ({"requests_per_minute": 0}, "requests_per_minute must be an integer >= 1"),
+        ({"timeout": "5"}, "timeout must be a number of seconds"),
+        ({"max_retries": True}, "max_retries must be an integer >= 0"),
     ],
 )
-def test_invalid_numbers(kwargs: dict[str, object]) -> None:
-    with pytest.raises(ConfigError):
+def test_invalid_numbers(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
         Client("k", "https://api.test", **kwargs)  # type: ignore[arg-type]
 
 
@@ -128,7 +128,7 @@ def test_ca_bundle_from_argument_then_environment(
 def test_a_missing_ca_bundle_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         Config.resolve("k", ca_bundle=tmp_path / "nope.pem")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="ca_bundle must be a path to a PEM file"):
         Config.resolve("k", ca_bundle=3)  # type: ignore[arg-type]
 
 

@@ -143,31 +143,55 @@ def test_start_paused_opens_on_a_paused_fork_and_run_says_to_resume(
 
 
 @pytest.mark.parametrize(
-    ("call", "error"),
+    ("call", "error", "message"),
     [
-        (lambda box: box.fork(egress="pypi.org"), ValueError),
-        (lambda box: box.fork(env={"1BAD": "x"}), ValueError),
-        (lambda box: box.fork(start_paused="yes"), TypeError),
-        (lambda box: box.fork(ingress="on"), TypeError),
-        (lambda box: box.fork(ttl=1), ValueError),
-        (lambda box: box.fork(on_exit="explode"), ValueError),
-        (lambda box: cs.lease(start_paused=True, client=box.client), ValueError),
-        (lambda box: cs.lease(fork_from="", client=box.client), ValueError),
+        (
+            lambda box: box.fork(egress="pypi.org"),
+            ValueError,
+            "egress must be a sequence of rule strings",
+        ),
+        (
+            lambda box: box.fork(env={"1BAD": "x"}),
+            ValueError,
+            "invalid environment variable name '1BAD'",
+        ),
+        (
+            lambda box: box.fork(start_paused="yes"),
+            TypeError,
+            "journal and start_paused must be True or False",
+        ),
+        (lambda box: box.fork(ingress="on"), TypeError, "ingress must be True, False or None"),
+        (lambda box: box.fork(ttl=1), ValueError, "ttl must be at least 5 seconds"),
+        (
+            lambda box: box.fork(on_exit="explode"),
+            ValueError,
+            "on_exit must be one of destroy, keep, pause",
+        ),
+        (
+            lambda box: cs.lease(start_paused=True, client=box.client),
+            ValueError,
+            r"start_paused applies to a fork only \(give fork_from\)",
+        ),
+        (
+            lambda box: cs.lease(fork_from="", client=box.client),
+            ValueError,
+            "fork_from must be a non-empty str",
+        ),
         (lambda box: cs.lease(fork_from="sb-x", auto_pause_after=60, client=box.client),
-         ValueError),
+         ValueError, "auto_pause_after cannot be chosen for a fork"),
     ],
 )  # fmt: skip
 def test_invalid_fork_arguments_raise_before_any_request(
-    parent: cs.Lease, service: Service, call: Any, error: type[Exception]
+    parent: cs.Lease, service: Service, call: Any, error: type[Exception], message: str
 ) -> None:
     calls = len(service.mock.calls)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         call(parent)
     assert len(service.mock.calls) == calls
 
 
 def test_fork_of_a_closed_lease_raises_lease_closed(client: Client, service: Service) -> None:
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="this lease is not open"):
         client.lease().fork()
     assert len(service.mock.calls) == 0
 

@@ -35,7 +35,7 @@ def test_malformed_envelope_is_a_protocol_error(
     client: Client, service: Service, body: bytes
 ) -> None:
     service.add("GET", f"/sandboxes/{SANDBOX}", body=body)
-    with pytest.raises(cs.ProtocolError):
+    with pytest.raises(cs.ProtocolError, match="the answer to sandbox lifecycle is not"):
         client.sandbox(SANDBOX)
 
 
@@ -43,7 +43,9 @@ def test_api_error_carries_status_operation_and_request_id(
     client: Client, service: Service
 ) -> None:
     service.add("GET", f"/sandboxes/{SANDBOX}", 403, headers={"X-Request-Id": "r-9"})
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(
+        cs.CreateosApiError, match=r"HTTP 403 during sandbox lifecycle \(request id r-9\)"
+    ) as caught:
         client.sandbox(SANDBOX)
     error = caught.value
     assert (error.status, error.operation, error.request_id) == (403, "sandbox lifecycle", "r-9")
@@ -91,7 +93,7 @@ def test_429_retry_after_past_the_deadline_is_raised_not_waited(service: Service
         KEY, "https://api.test", timeout=5, requests_per_minute=10**9, sleep=slept.append
     ) as c:
         service.add("GET", "/shapes", 429, headers={"Retry-After": "60"})
-        with pytest.raises(cs.CreateosApiError) as caught:
+        with pytest.raises(cs.CreateosApiError, match="HTTP 429 during catalog lookup") as caught:
             c.shapes()
     assert caught.value.status == 429 and caught.value.retry_after == 60 and slept == []
 
@@ -138,7 +140,7 @@ def test_retry_decisions(
         "POST": lambda: box.run("true"),
         "DELETE": lambda: client.destroy(SANDBOX),
     }
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match=f"HTTP {status} during ") as caught:
         call[method]()
     assert caught.value.status == status
     assert len(service.calls(method, path)) == attempts
@@ -258,7 +260,10 @@ def test_503_is_retried_even_for_sandbox_creation(
 def test_500_on_sandbox_creation_is_not_retried(client: Client, service: Service) -> None:
     service.create_sandbox(http=500)
     service.add("GET", "/sandboxes", body=[])  # the lookup by name finds nothing
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(
+        cs.CreateosApiError,
+        match="HTTP 500 during sandbox creation: the creation's outcome was unknown",
+    ) as caught:
         client.lease().open()
     assert caught.value.status == 500
     assert len(service.calls("POST", "/sandboxes")) == 1
@@ -372,7 +377,7 @@ def test_no_frame_of_a_failed_request_shows_the_key_in_its_locals(
 ) -> None:
     for _ in range(4):
         service.add("GET", "/sandboxes", body=requests.ConnectionError("reset"))
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="no answer during sandbox listing") as caught:
         client.sandboxes()
     error = caught.value
     shown = traceback.TracebackException(

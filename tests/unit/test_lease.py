@@ -133,7 +133,9 @@ def test_failed_destroy_after_failed_open_is_a_cleanup_error(
     service.get_sandbox("error")  # the wait stops here: no resume, no further poll
     for _ in range(4):  # the first try and three retries
         service.destroy_sandbox(http=503)
-    with pytest.raises(cs.CreateosCleanupError) as caught:
+    with pytest.raises(
+        cs.CreateosCleanupError, match="destroying the sandbox failed: it may still be running"
+    ) as caught:
         client.lease().open()
     assert caught.value.sandbox_id == SANDBOX and caught.value.sandbox_destroyed is False
     assert isinstance(caught.value.__cause__, cs.SandboxUnavailable)
@@ -211,7 +213,9 @@ def test_failed_destroy_is_never_hidden(client: Client, service: Service) -> Non
     for _ in range(4):
         service.destroy_sandbox(http=500)
     box = client.lease().open()
-    with pytest.raises(cs.CreateosCleanupError) as caught:
+    with pytest.raises(
+        cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
+    ) as caught:
         box.close()
     assert caught.value.sandbox_destroyed is False and caught.value.sandbox_id == SANDBOX
     box.close()  # idempotent: nothing more is sent
@@ -303,7 +307,10 @@ def test_termination_failing_twice_destroys_the_sandbox_and_says_so(
     service.get_process(tree_exited=False)
     for _ in range(1 if destroy_status == 200 else 4):
         service.destroy_sandbox(http=destroy_status)
-    with pytest.raises(cs.CreateosCleanupError) as caught:
+    with pytest.raises(
+        cs.CreateosCleanupError,
+        match="containment unconfirmed: termination of process proc-1 could not be confirmed",
+    ) as caught:
         box.close()
     error = caught.value
     assert error.sandbox_id == SANDBOX and error.process_ids == (PROCESS,)
@@ -322,7 +329,7 @@ def test_ambiguous_process_creation_poisons_the_lease(client: Client, service: S
     assert "poisoned" in str(caught.value)
     assert len(service.calls("POST", "/processes")) == 1  # never created twice
     before = len(service.mock.calls)
-    with pytest.raises(cs.CreateosCleanupError):
+    with pytest.raises(cs.CreateosCleanupError, match="this lease is poisoned"):
         box.run("true")
     assert len(service.mock.calls) == before
     service.destroy_sandbox()
@@ -335,7 +342,7 @@ def test_refused_process_creation_does_not_poison(client: Client, service: Servi
     service.open_running()
     box = client.lease().open()
     service.create_process(http=400)
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="HTTP 400 during process creation") as caught:
         box.run("true")
     assert caught.value.status == 400 and not caught.value.outcome_unknown
     service.destroy_sandbox()
@@ -347,9 +354,9 @@ def test_closed_lease_refuses_further_work(client: Client, service: Service) -> 
     service.destroy_sandbox()
     with client.lease() as box:
         pass
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="this lease is closed"):
         box.run("true")
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="leases cannot be reopened"):
         box.open()
 
 
@@ -423,7 +430,9 @@ def test_journal_keeps_a_sandbox_whose_destroy_failed(client: Client, service: S
     service.open_running()
     for _ in range(4):
         service.destroy_sandbox(http=503)
-    with pytest.raises(cs.CreateosCleanupError), client.lease():
+    with pytest.raises(
+        cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
+    ), client.lease():
         pass
     assert [e.sandbox_id for e in Journal().entries()] == [SANDBOX]
 
@@ -432,7 +441,7 @@ def test_journal_forgets_a_refused_creation(client: Client, service: Service) ->
     from createos_sync._sandboxes.journal import Journal
 
     service.create_sandbox(http=400)
-    with pytest.raises(cs.CreateosApiError):
+    with pytest.raises(cs.CreateosApiError, match="HTTP 400 during sandbox creation"):
         client.lease().open()
     assert Journal().entries() == []
 
@@ -502,7 +511,7 @@ def test_process_creation_answer_without_a_usable_id_poisons_the_lease(
     with pytest.raises(cs.ProtocolError) as caught:
         box.run("true")
     assert "poisoned" in str(caught.value) and SANDBOX in str(caught.value)
-    with pytest.raises(cs.CreateosCleanupError):
+    with pytest.raises(cs.CreateosCleanupError, match="this lease is poisoned"):
         box.run("true")  # refused before any request
     service.destroy_sandbox()
     with pytest.raises(cs.CreateosCleanupError) as closed:
@@ -595,7 +604,7 @@ def test_close_during_open_wins(client: Client, service: Service) -> None:
     assert box.closed and box not in cs.leases()
     assert len(service.calls("DELETE", f"/sandboxes/{SANDBOX}")) == 1  # open() undid itself
     assert Journal().entries() == []
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="this lease is closed"):
         box.run("true")
 def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
     client: Client, service: Service
@@ -607,7 +616,9 @@ def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
     service.open_running()
     for _ in range(4):
         service.destroy_sandbox(http=503)
-    with pytest.raises(cs.CreateosCleanupError), client.lease(journal=False):
+    with pytest.raises(
+        cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
+    ), client.lease(journal=False):
         assert journal.entries() == []
     assert journal.entries() == []
     assert not journal.path.exists()  # not even an empty journal file was written

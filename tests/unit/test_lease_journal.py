@@ -180,7 +180,7 @@ def test_an_empty_file_is_an_empty_journal(journal: Journal) -> None:
 def test_a_failed_rewrite_leaves_the_old_file_and_no_temporary(journal: Journal) -> None:
     journal.add(Entry(name="a", base_url=URL))
     before = journal.path.read_bytes()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="is not JSON serializable"):
         journal.add(Entry(name="b", base_url=object()))  # type: ignore[arg-type]
     assert journal.path.read_bytes() == before
     assert sorted(p.name for p in journal.directory.iterdir()) == [

@@ -37,9 +37,9 @@ def test_blank_lines_are_skipped() -> None:
 
 
 def test_oversized_line_is_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match="line is longer than the protocol allows"):
         list(split_lines([b"x" * 1000] * 10, max_line=5000))
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match="line is longer than the protocol allows"):
         list(split_lines([b"x" * 6000 + b"\n"], max_line=5000))
 
 
@@ -52,23 +52,26 @@ def test_frame_types() -> None:
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "message"),
     [
-        b"not json",
-        b"[1]",
-        b'{"type": "data", "seq": 0, "stream": "stdout", "data_base64": ""}',
-        b'{"type": "data", "seq": "1", "stream": "stdout", "data_base64": ""}',
-        b'{"type": "data", "seq": true, "stream": "stdout", "data_base64": ""}',
-        b'{"type": "data", "seq": 1, "stream": "stdin", "data_base64": ""}',
-        b'{"type": "data", "seq": 1, "stream": "stdout", "data_base64": "!!"}',
-        b'{"type": "data", "seq": 1, "stream": "stdout"}',
-        b'{"type": "exit"}',
-        b'{"type": "exit", "exit_code": "0"}',
-        b'{"type": "exit", "exit_code": 1.5}',
+        (b"not json", "an output stream line is not JSON"),
+        (b"[1]", "an output stream line is not a JSON object"),
+        (b'{"type": "data", "seq": 0, "stream": "stdout", "data_base64": ""}', "no valid seq"),
+        (b'{"type": "data", "seq": "1", "stream": "stdout", "data_base64": ""}', "no valid seq"),
+        (b'{"type": "data", "seq": true, "stream": "stdout", "data_base64": ""}', "no valid seq"),
+        (b'{"type": "data", "seq": 1, "stream": "stdin", "data_base64": ""}', "unknown stream"),
+        (
+            b'{"type": "data", "seq": 1, "stream": "stdout", "data_base64": "!!"}',
+            "data_base64 is not valid base64",
+        ),
+        (b'{"type": "data", "seq": 1, "stream": "stdout"}', "a data frame has no data_base64"),
+        (b'{"type": "exit"}', "an exit frame has neither exit_code nor signal"),
+        (b'{"type": "exit", "exit_code": "0"}', "exit_code is not an integer"),
+        (b'{"type": "exit", "exit_code": 1.5}', "exit_code is not an integer"),
     ],
 )
-def test_malformed_frames_are_protocol_errors(line: bytes) -> None:
-    with pytest.raises(ProtocolError):
+def test_malformed_frames_are_protocol_errors(line: bytes, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
         parse_frame(line)
 
 

@@ -88,5 +88,5 @@ def test_corrupted_canonical_lines_get_the_json_answer(
 
 
 def test_a_deeply_nested_line_is_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match="an output stream line is not JSON"):
         parse_frame(b"[" * 100_000 + b"]" * 100_000)

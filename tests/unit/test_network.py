@@ -71,7 +71,7 @@ def test_egress_answer_that_is_not_a_list_is_a_protocol_error(
     box: cs.Lease, service: Service
 ) -> None:
     service.add("GET", EGRESS, body={"egress": "everything"})
-    with pytest.raises(cs.ProtocolError):
+    with pytest.raises(cs.ProtocolError, match="the egress rules in the answer are not a list"):
         box.egress()
 
 
@@ -97,13 +97,21 @@ def test_set_egress_is_repeated_after_a_lost_answer(box: cs.Lease, service: Serv
 
 
 @pytest.mark.parametrize(
-    "rules", ["pypi.org", {"pypi.org": True}, [{"host": "pypi.org"}], [""], ["pypi .org"], [3]]
+    ("rules", "message"),
+    [
+        ("pypi.org", "egress must be a sequence of rule strings"),
+        ({"pypi.org": True}, "egress must be a sequence of rule strings"),
+        ([{"host": "pypi.org"}], "every egress rule must be a non-empty str"),
+        ([""], "every egress rule must be a non-empty str"),
+        (["pypi .org"], "an egress rule must not contain spaces or control characters"),
+        ([3], "every egress rule must be a non-empty str"),
+    ],
 )
 def test_bad_egress_rules_fail_before_any_request(
-    box: cs.Lease, service: Service, rules: Any
+    box: cs.Lease, service: Service, rules: Any, message: str
 ) -> None:
     before = len(service.mock.calls)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         box.set_egress(rules)
     assert len(service.mock.calls) == before
 
@@ -139,7 +147,7 @@ def test_set_ingress_off(box: cs.Lease, service: Service) -> None:
 @pytest.mark.parametrize("enabled", [1, "yes", None])
 def test_set_ingress_needs_a_bool(box: cs.Lease, service: Service, enabled: Any) -> None:
     before = len(service.mock.calls)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="enabled must be True or False"):
         box.set_ingress(enabled)
     assert len(service.mock.calls) == before
 
@@ -157,20 +165,25 @@ def test_lease_with_ingress_sends_it_and_keeps_the_template(
 
 
 @pytest.mark.parametrize(
-    ("port", "error"),
-    [(0, ValueError), (65536, ValueError), (-1, ValueError), (True, TypeError),
-     ("80", TypeError), (80.0, TypeError), (None, TypeError)],
+    ("port", "error", "message"),
+    [(0, ValueError, r"port must be in 1\.\.65535, not 0"),
+     (65536, ValueError, r"port must be in 1\.\.65535, not 65536"),
+     (-1, ValueError, r"port must be in 1\.\.65535, not -1"),
+     (True, TypeError, "port must be an int"),
+     ("80", TypeError, "port must be an int"),
+     (80.0, TypeError, "port must be an int"),
+     (None, TypeError, "port must be an int")],
 )  # fmt: skip
 def test_bad_ports_are_refused(
-    client: Client, service: Service, port: Any, error: type[Exception]
+    client: Client, service: Service, port: Any, error: type[Exception], message: str
 ) -> None:
     service.create_sandbox(body=ingress_on())
     service.watchdog()
     service.destroy_sandbox()
     with client.lease(ingress=True) as box:
-        with pytest.raises(error):
+        with pytest.raises(error, match=message):
             box.preview_url(port)
-        with pytest.raises(error):
+        with pytest.raises(error, match=message):
             box.wait_for_port(port)
     assert len(service.mock.calls) == 3  # creation, the ttl watchdog, destroy
 
@@ -199,7 +212,7 @@ def test_unsafe_templates_never_become_urls(
     service.watchdog()
     service.destroy_sandbox()
     with client.lease(ingress=True) as box:
-        with pytest.raises(cs.ProtocolError) as caught:
+        with pytest.raises(cs.ProtocolError, match="ingress URL template") as caught:
             box.preview_url(8000)
         assert "preview.example.com" not in str(caught.value) and KEY not in str(caught.value)
 
@@ -267,14 +280,18 @@ def test_a_probe_that_cannot_run_is_not_a_timeout(
     assert not isinstance(caught.value, cs.OperationTimeout)
 
 
-@pytest.mark.parametrize(("timeout", "error"), [(0, ValueError), (-1, ValueError),
-                                                (float("inf"), ValueError), ("5", TypeError),
-                                                (None, TypeError)])  # fmt: skip
+@pytest.mark.parametrize(("timeout", "error", "message"), [
+    (0, ValueError, "timeout must be a positive, finite number of seconds"),
+    (-1, ValueError, "timeout must be a positive, finite number of seconds"),
+    (float("inf"), ValueError, "timeout must be a positive, finite number of seconds"),
+    ("5", TypeError, "timeout must be a number of seconds"),
+    (None, TypeError, "timeout must be a number of seconds"),
+])  # fmt: skip
 def test_bad_wait_timeouts_fail_before_any_request(
-    box: cs.Lease, service: Service, timeout: Any, error: type[Exception]
+    box: cs.Lease, service: Service, timeout: Any, error: type[Exception], message: str
 ) -> None:
     before = len(service.mock.calls)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         box.wait_for_port(8000, timeout=timeout)
     assert len(service.mock.calls) == before
 
@@ -303,7 +320,7 @@ def test_bad_auto_pause_fails_before_any_request(
     box: cs.Lease, service: Service, seconds: Any
 ) -> None:
     before = len(service.mock.calls)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"auto-pause must be whole seconds in 60\.\.86400"):
         box.set_auto_pause(seconds)
     assert len(service.mock.calls) == before
 

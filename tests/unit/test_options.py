@@ -25,30 +25,50 @@ def test_every_surface_takes_the_same_option_names() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "error"),
+    ("options", "error", "message"),
     [
-        ({"egress": "pypi.org"}, ValueError),
-        ({"egress": [{"host": "pypi.org"}]}, ValueError),
-        ({"egress": {"pypi.org": True}}, ValueError),
-        ({"egress": [""]}, ValueError),
-        ({"egress": ["pypi .org"]}, ValueError),
-        ({"auto_pause_after": 59}, ValueError),
-        ({"auto_pause_after": 60.5}, ValueError),
-        ({"ttl": 0}, ValueError),
-        ({"ttl": "900"}, TypeError),
-        ({"ingress": "yes"}, TypeError),
-        ({"on_exit": "explode"}, ValueError),
-        ({"sandbox_id": "sb-1", "fork_from": "sb-2"}, ValueError),
-        ({"fork_from": "sb-2", "shape": "s-1vcpu-1gb"}, ValueError),
-        ({"sandbox_id": "sb-1", "env": {"A": "1"}}, ValueError),
-        ({"name": "has space"}, ValueError),
-        ({"env": {"1BAD": "x"}}, ValueError),
+        ({"egress": "pypi.org"}, ValueError, "egress must be a sequence of rule strings"),
+        (
+            {"egress": [{"host": "pypi.org"}]},
+            ValueError,
+            "every egress rule must be a non-empty str",
+        ),
+        ({"egress": {"pypi.org": True}}, ValueError, "egress must be a sequence of rule strings"),
+        ({"egress": [""]}, ValueError, "every egress rule must be a non-empty str"),
+        ({"egress": ["pypi .org"]}, ValueError, "an egress rule must not contain spaces"),
+        ({"auto_pause_after": 59}, ValueError, r"auto-pause must be whole seconds in 60\.\.86400"),
+        (
+            {"auto_pause_after": 60.5},
+            ValueError,
+            r"auto-pause must be whole seconds in 60\.\.86400",
+        ),
+        ({"ttl": 0}, ValueError, "ttl must be a positive, finite number of seconds"),
+        ({"ttl": "900"}, TypeError, "ttl must be a number of seconds or None"),
+        ({"ingress": "yes"}, TypeError, "ingress must be True, False or None"),
+        ({"on_exit": "explode"}, ValueError, "on_exit must be one of destroy, keep, pause"),
+        (
+            {"sandbox_id": "sb-1", "fork_from": "sb-2"},
+            ValueError,
+            r"give sandbox_id \(attach\) or fork_from \(fork\), not both",
+        ),
+        (
+            {"fork_from": "sb-2", "shape": "s-1vcpu-1gb"},
+            ValueError,
+            "shape cannot be chosen for an existing sandbox or a fork",
+        ),
+        (
+            {"sandbox_id": "sb-1", "env": {"A": "1"}},
+            ValueError,
+            "egress, env and ingress apply to a new sandbox",
+        ),
+        ({"name": "has space"}, ValueError, "name may hold letters, digits"),
+        ({"env": {"1BAD": "x"}}, ValueError, "invalid environment variable name '1BAD'"),
     ],
 )
 def test_invalid_options_raise_before_anything_is_sent(
-    options: dict[str, object], error: type[Exception]
+    options: dict[str, object], error: type[Exception], message: str
 ) -> None:
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         LeaseOptions(**options)  # type: ignore[arg-type]
 
 

@@ -43,7 +43,7 @@ def test_a_wait_past_the_deadline_raises_instead() -> None:
     t = FakeTime()
     pacer = Pacer(1, window=60, clock=t.clock, sleep=t.sleep)
     pacer.acquire()
-    with pytest.raises(OperationTimeout):
+    with pytest.raises(OperationTimeout, match="the request rate limit leaves no slot in time"):
         pacer.acquire(Deadline.after(5, clock=t.clock))
     assert t.slept == []
 
@@ -65,7 +65,7 @@ def test_threads_share_the_budget() -> None:
     for th in threads:
         th.join()
     assert len(counted) == 50
-    with pytest.raises(OperationTimeout):
+    with pytest.raises(OperationTimeout, match="the request rate limit leaves no slot in time"):
         pacer.acquire(Deadline.after(0.5))
 
 

@@ -94,7 +94,7 @@ def test_one_request_each_and_retries_by_method(
         call(client, box)
         assert len(service.calls()) - before == 3
     else:
-        with pytest.raises(cs.CreateosApiError) as caught:
+        with pytest.raises(cs.CreateosApiError, match="HTTP 502 during ") as caught:
             call(client, box)
         assert caught.value.status == 502 and caught.value.outcome_unknown
         assert len(service.calls()) - before == 2  # a creation is never repeated blind
@@ -108,7 +108,7 @@ def test_disk_keys_are_never_shown(client: Client, service: Service) -> None:
     assert "TOP-SECRET" not in str(caught.value) and "AKIA-ACCESS" not in str(caught.value)
     sent = json.loads(service.calls("POST")[0].request.body)
     assert sent["credentials"] == {"access_key": "AKIA-ACCESS", "secret_key": "TOP-SECRET-KEY"}
-    with pytest.raises(ValueError) as bad:
+    with pytest.raises(ValueError, match="secret_key must be") as bad:
         client.create_disk("cache", **{**NEW_DISK, "secret_key": "TOP SECRET"})
     assert "TOP" not in str(bad.value)
 
@@ -120,50 +120,102 @@ def test_a_token_is_masked_and_a_malformed_one_never_shown(
     token = box.create_access_token()
     assert token == TOKEN["token"] and "SECRET" not in repr(token)
     service.add("POST", f"{SB}/access-token/rotate", 200, {**TOKEN, "token": "sbt_x\nSECRET"})
-    with pytest.raises(cs.ProtocolError) as caught:
+    with pytest.raises(cs.ProtocolError, match="the answer holds no usable access token") as caught:
         box.rotate_access_token()
     assert "SECRET" not in str(caught.value)
 
 
 @pytest.mark.parametrize(
-    "call",
+    ("call", "error", "message"),
     [
-        lambda c: c.create_disk("UPPER", **NEW_DISK),
-        lambda c: c.create_disk("ok", **{**NEW_DISK, "endpoint": "ftp://x"}),
-        lambda c: c.create_disk("ok", **{**NEW_DISK, "endpoint": "https://u:p@x"}),
-        lambda c: c.disk(3),
-        lambda c: c.create_network(""),
-        lambda c: c.network(None),
-        lambda c: c.sandbox_by_ip("10.0.0"),
-        lambda c: c.lease(disks={"/": "cache"}),
-        lambda c: c.lease(disks={"/mnt/a/../b": "cache"}),
-        lambda c: c.lease(disks=["cache"]),
-        lambda c: c.lease(sandbox_id="sb-1", networks=["net_1"]),
-        lambda c: c.lease(ssh_keys="ssh-ed25519 AAAA"),
+        (
+            lambda c: c.create_disk("UPPER", **NEW_DISK),
+            ValueError,
+            "a disk name is 1..63 lowercase letters",
+        ),
+        (
+            lambda c: c.create_disk("ok", **{**NEW_DISK, "endpoint": "ftp://x"}),
+            ValueError,
+            r"endpoint must be an http\(s\) URL with a host",
+        ),
+        (
+            lambda c: c.create_disk("ok", **{**NEW_DISK, "endpoint": "https://u:p@x"}),
+            ValueError,
+            "endpoint must not hold user information",
+        ),
+        (lambda c: c.disk(3), TypeError, "disk must be a Disk, a disk id or a disk name"),
+        (lambda c: c.create_network(""), ValueError, "a network name is 1..63 letters"),
+        (lambda c: c.network(None), TypeError, "network must be a Network or a network id"),
+        (lambda c: c.sandbox_by_ip("10.0.0"), ValueError, "'10.0.0' is not an IP address"),
+        (
+            lambda c: c.lease(disks={"/": "cache"}),
+            ValueError,
+            "mount_path cannot be '/', nor under /proc",
+        ),
+        (
+            lambda c: c.lease(disks={"/mnt/a/../b": "cache"}),
+            ValueError,
+            "mount_path must be normalised",
+        ),
+        (lambda c: c.lease(disks=["cache"]), ValueError, "disks must map mount paths to disks"),
+        (
+            lambda c: c.lease(sandbox_id="sb-1", networks=["net_1"]),
+            ValueError,
+            "disks and networks are attached to a new sandbox",
+        ),
+        (
+            lambda c: c.lease(ssh_keys="ssh-ed25519 AAAA"),
+            ValueError,
+            "ssh keys must be a non-empty sequence",
+        ),
     ],
 )
 def test_bad_arguments_fail_before_any_request(
-    client: Client, service: Service, call: Callable[[Client], Any]
+    client: Client,
+    service: Service,
+    call: Callable[[Client], Any],
+    error: type[Exception],
+    message: str,
 ) -> None:
-    with pytest.raises((ValueError, TypeError)):
+    with pytest.raises(error, match=message):
         call(client)
     assert service.calls() == []
 
 
 def test_box_arguments_fail_before_any_request(box: cs.Lease, service: Service) -> None:
     before = len(service.calls())
-    for bad in (
-        lambda: box.attach_disk("cache", "mnt"),
-        lambda: box.attach_disk("cache", "/mnt", sub_path="/abs"),
-        lambda: box.attach_disk("cache", "/mnt", sub_path="../up"),
-        lambda: box.detach_disk(object(), "/mnt"),  # type: ignore[arg-type]
-        lambda: box.grow_disk(512),  # smaller than the 1024 MiB it has
-        lambda: box.grow_disk(True),  # type: ignore[arg-type]
-        lambda: box.recharge_bandwidth(0),
-        lambda: box.add_ssh_keys([]),
-        lambda: box.attach_network(7),  # type: ignore[arg-type]
+    for bad, error, message in (
+        (lambda: box.attach_disk("cache", "mnt"), ValueError, "mount_path must be an absolute"),
+        (
+            lambda: box.attach_disk("cache", "/mnt", sub_path="/abs"),
+            ValueError,
+            "sub_path must be a relative, normalised path",
+        ),
+        (
+            lambda: box.attach_disk("cache", "/mnt", sub_path="../up"),
+            ValueError,
+            "sub_path must be a relative, normalised path",
+        ),
+        (
+            lambda: box.detach_disk(object(), "/mnt"),  # type: ignore[arg-type]
+            TypeError,
+            "disk must be a Disk, a disk id or a disk name",
+        ),
+        (  # smaller than the 1024 MiB it has
+            lambda: box.grow_disk(512),
+            ValueError,
+            "disks only grow: disk_mib must be at least 1024",
+        ),
+        (lambda: box.grow_disk(True), TypeError, "disk_mib must be an int"),  # type: ignore[arg-type]
+        (lambda: box.recharge_bandwidth(0), ValueError, r"add_bytes must be in 1\.\."),
+        (lambda: box.add_ssh_keys([]), ValueError, "ssh keys must be a non-empty sequence"),
+        (
+            lambda: box.attach_network(7),  # type: ignore[arg-type]
+            TypeError,
+            "network must be a Network or a network id",
+        ),
     ):
-        with pytest.raises((ValueError, TypeError)):
+        with pytest.raises(error, match=message):
             bad()
     assert len(service.calls()) == before
 

@@ -35,7 +35,7 @@ def test_check_returns_self_or_raises_with_result() -> None:
     assert caught.value.result is failed
     with pytest.raises(cs.CommandFailed, match="SIGKILL"):
         result(exit_code=None, signal="SIGKILL").check()
-    with pytest.raises(cs.CommandTimeout):
+    with pytest.raises(cs.CommandTimeout, match="timed out after its limit of 2 s"):
         result(exit_code=None, timed_out=True, timeout=2.0).check()
 
 

@@ -94,7 +94,7 @@ def test_broken_connection_mid_read_reconnects(box: Any, service: Service) -> No
 def test_sequence_gap_is_output_lost(box: Any, service: Service) -> None:
     service.run(data(1, "a"), data(3, "c"), exit_frame(0))
     service.terminate()
-    with pytest.raises(cs.OutputLostError):
+    with pytest.raises(cs.OutputLostError, match=r"lost 1 output frame \(2 to 2\)"):
         box.run("x")
     assert len(service.calls("DELETE", f"/processes/{PROCESS}")) == 1  # still contained
 
@@ -103,14 +103,14 @@ def test_evicted_offset_410_is_output_lost(box: Any, service: Service) -> None:
     service.create_process()
     service.connect(http=410)
     service.terminate()
-    with pytest.raises(cs.OutputLostError):
+    with pytest.raises(cs.OutputLostError, match="after frame 0: the journal evicted them"):
         box.run("x")
 
 
 def test_in_stream_eviction_error_is_output_lost(box: Any, service: Service) -> None:
     service.run(data(1, "a"), {"type": "error", "error": "output_offset_expired"})
     service.terminate()
-    with pytest.raises(cs.OutputLostError):
+    with pytest.raises(cs.OutputLostError, match="after frame 1: the journal evicted them"):
         box.run("x")
 
 
@@ -132,14 +132,14 @@ def test_timeout_terminates_tree_and_keeps_partial_output(box: Any, service: Ser
     assert result.stdout == "partial\n"
     delete = service.calls("DELETE", f"/processes/{PROCESS}")[0]
     assert "grace_ms=1000" in delete.request.url
-    with pytest.raises(cs.CommandTimeout) as caught:
+    with pytest.raises(cs.CommandTimeout, match=r"timed out after its limit of 0\.2 s") as caught:
         result.check()
     assert isinstance(caught.value, TimeoutError) and caught.value.result is result
 
 
 def test_check_raises_command_failed_with_result(box: Any, service: Service) -> None:
     service.run(data(1, "bad\n", "stderr"), exit_frame(2))
-    with pytest.raises(cs.CommandFailed) as caught:
+    with pytest.raises(cs.CommandFailed, match="command 'false' exited with status 2") as caught:
         box.run(["false"], check=True)
     assert caught.value.result.exit_code == 2
     assert caught.value.result.stderr == "bad\n"
@@ -178,28 +178,28 @@ def test_stdin_is_staged_as_a_file_and_redirected(box: Any, service: Service) ->
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "error", "message"),
     [
-        {"cmd": ""},
-        {"cmd": []},
-        {"cmd": "echo \0"},
-        {"cmd": ["echo", "a\0b"]},
-        {"cmd": "x", "env": {"1BAD": "v"}},
-        {"cmd": "x", "env": {"A-B": "v"}},
-        {"cmd": "x", "env": {"OK": "nul\0"}},
-        {"cmd": "x", "cwd": "/a\0b"},
-        {"cmd": "x", "timeout": -1},
-        {"cmd": "x", "max_output": -1},
-        {"cmd": "x", "stdin": 12},
-        {"cmd": b"bytes"},
+        ({"cmd": ""}, ValueError, "the command is empty"),
+        ({"cmd": []}, ValueError, "the argv list is empty"),
+        ({"cmd": "echo \0"}, ValueError, "the command contains a NUL character"),
+        ({"cmd": ["echo", "a\0b"]}, ValueError, "argv item 1 contains a NUL character"),
+        ({"cmd": "x", "env": {"1BAD": "v"}}, ValueError, "variable name '1BAD'"),
+        ({"cmd": "x", "env": {"A-B": "v"}}, ValueError, "variable name 'A-B'"),
+        ({"cmd": "x", "env": {"OK": "nul\0"}}, ValueError, "variable OK contains a NUL character"),
+        ({"cmd": "x", "cwd": "/a\0b"}, ValueError, "cwd contains a NUL character"),
+        ({"cmd": "x", "timeout": -1}, ValueError, "timeout must be a positive, finite number"),
+        ({"cmd": "x", "max_output": -1}, ValueError, "max_output must be an int >= 0"),
+        ({"cmd": "x", "stdin": 12}, TypeError, "stdin must be str, bytes, a binary file object"),
+        ({"cmd": b"bytes"}, TypeError, r"cmd must be a str \(a bash script\) or a sequence of str"),
     ],
 )
 def test_invalid_arguments_fail_before_any_request(
-    box: Any, service: Service, kwargs: dict[str, Any]
+    box: Any, service: Service, kwargs: dict[str, Any], error: type[Exception], message: str
 ) -> None:
     before = len(service.mock.calls)
     cmd = kwargs.pop("cmd")
-    with pytest.raises((ValueError, TypeError)):
+    with pytest.raises(error, match=message):
         box.run(cmd, **kwargs)
     assert len(service.mock.calls) == before
 
@@ -256,7 +256,7 @@ def test_a_stream_that_never_holds_gives_up_after_a_bounded_number_of_attempts(
     for _ in range(6):
         service.connect(http=502)
     service.terminate()
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="HTTP 502 during output connection") as caught:
         box.run("x")
     # Never attached, so the start gate was never released: no exit status to recover.
     assert caught.value.status == 502
@@ -379,12 +379,12 @@ def test_a_run_killed_with_its_sandbox_raises_lease_expired_or_sandbox_unavailab
         return overdue and len(asked) > 1
 
     box._watchdog._overdue = overdue_by_then
-    with pytest.raises(cs.SandboxUnavailable) as caught:
+    with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is destroyed: ") as caught:
         box.run("x")
     assert isinstance(caught.value, cs.LeaseExpired) is overdue
     assert caught.value.sandbox_id == SANDBOX
     assert len(service.mock.calls) - before == 4  # the run's 3, and the one read
-    with pytest.raises(cs.SandboxUnavailable):
+    with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is destroyed: "):
         box.run("x")  # found gone: refused before any request
     assert len(service.mock.calls) - before == 4
 
@@ -415,7 +415,7 @@ def test_process_creation_409_in_a_running_sandbox_stays_an_api_error(
 ) -> None:
     service.create_process(http=409)
     service.get_sandbox("running")
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="HTTP 409 during process creation") as caught:
         box.run("x")
     assert caught.value.status == 409
 

@@ -120,7 +120,9 @@ def test_a_failed_build_ends_its_message_with_the_scrubbed_log_tail(
     noisy.append(event(30, f"\x1b[31merror:\x1b[0m key {KEY} \x07bell" + "x" * 2000))
     stream(service, ndjson(*noisy, final("failed")))
 
-    with pytest.raises(cs.TemplateBuildError) as caught:
+    with pytest.raises(
+        cs.TemplateBuildError, match=r"template 'demo' \(tpl-1\) failed to build"
+    ) as caught:
         client.build_template("demo", DOCKERFILE)
 
     error = caught.value
@@ -139,7 +141,7 @@ def test_503_on_submission_is_retried_and_a_lost_answer_is_not(
 ) -> None:
     service.add("POST", "/templates", 503)
     service.add("POST", "/templates", 502)
-    with pytest.raises(cs.CreateosApiError) as caught:
+    with pytest.raises(cs.CreateosApiError, match="HTTP 502 during template build") as caught:
         client.build_template("demo", DOCKERFILE)
     assert caught.value.status == 502 and caught.value.outcome_unknown
     assert len(service.calls("POST")) == 2

@@ -94,16 +94,20 @@ def test_resize_is_one_request_with_the_new_size(box: Any, service: Service) -> 
 
 
 @pytest.mark.parametrize(
-    ("rows", "cols", "error"),
-    [(0, 80, ValueError), (24, 65536, ValueError), (-1, 80, ValueError),
-     (24.0, 80, TypeError), (True, 80, TypeError), ("24", 80, TypeError)],
+    ("rows", "cols", "error", "message"),
+    [(0, 80, ValueError, r"terminal rows must be in 1\.\.65535, not 0"),
+     (24, 65536, ValueError, r"terminal cols must be in 1\.\.65535, not 65536"),
+     (-1, 80, ValueError, r"terminal rows must be in 1\.\.65535, not -1"),
+     (24.0, 80, TypeError, "terminal rows must be an int"),
+     (True, 80, TypeError, "terminal rows must be an int"),
+     ("24", 80, TypeError, "terminal rows must be an int")],
 )  # fmt: skip
 def test_invalid_resize_raises_before_any_request(
-    box: Any, service: Service, rows: Any, cols: Any, error: type[Exception]
+    box: Any, service: Service, rows: Any, cols: Any, error: type[Exception], message: str
 ) -> None:
     process = start_terminal(box, service, pty=True)
     before = len(service.mock.calls)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         process.resize(rows, cols)
     assert len(service.mock.calls) == before
     process.wait(timeout=10)
@@ -126,18 +130,23 @@ def test_resize_and_close_stdin_are_refused_for_the_wrong_kind(box: Any, service
 
 
 @pytest.mark.parametrize(
-    ("pty", "error"),
-    [((0, 80), ValueError), ((24, 0), ValueError), ((24, 70000), ValueError),
-     ((24,), TypeError), ((24, 80, 1), TypeError), ("80x24", TypeError), (1, TypeError),
-     ((24.5, 80), TypeError)],
+    ("pty", "error", "message"),
+    [((0, 80), ValueError, r"terminal rows must be in 1\.\.65535, not 0"),
+     ((24, 0), ValueError, r"terminal cols must be in 1\.\.65535, not 0"),
+     ((24, 70000), ValueError, r"terminal cols must be in 1\.\.65535, not 70000"),
+     ((24,), TypeError, r"pty must be True, False, None or \(rows, cols\)"),
+     ((24, 80, 1), TypeError, r"pty must be True, False, None or \(rows, cols\)"),
+     ("80x24", TypeError, r"pty must be True, False, None or \(rows, cols\)"),
+     (1, TypeError, r"pty must be True, False, None or \(rows, cols\)"),
+     ((24.5, 80), TypeError, "terminal rows must be an int")],
 )  # fmt: skip
 def test_invalid_pty_raises_before_any_request(
-    box: Any, service: Service, pty: Any, error: type[Exception]
+    box: Any, service: Service, pty: Any, error: type[Exception], message: str
 ) -> None:
     before = len(service.mock.calls)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         box.run("true", pty=pty)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         box.start("true", pty=pty)
     assert len(service.mock.calls) == before
 

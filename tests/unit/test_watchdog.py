@@ -151,7 +151,7 @@ def test_a_sandbox_destroyed_by_someone_else_is_not_called_expired(
     service.ttl_write(http=404)
     service.get_sandbox("destroyed")
     fake.run_next()
-    with pytest.raises(cs.SandboxUnavailable) as caught:
+    with pytest.raises(cs.SandboxUnavailable, match="was destroyed outside this lease") as caught:
         watchdog.verify()
     assert not isinstance(caught.value, cs.LeaseExpired)
 
@@ -171,7 +171,9 @@ def test_a_sandbox_found_destroyed_under_a_command_is_lease_expired_when_the_ttl
         launch(box, command, gate=Gate.STDIN_EOF, stdin=None, deadline=Deadline.after(5))
     assert isinstance(caught.value, cs.LeaseExpired) is expired
     assert watchdog.gone  # close() is quiet: nothing is left
-    with pytest.raises(cs.LeaseExpired if expired else cs.SandboxUnavailable):
+    with pytest.raises(
+        cs.LeaseExpired if expired else cs.SandboxUnavailable, match="sandbox sb-1 is destroyed: "
+    ):
         watchdog.verify()
     assert len(service.mock.calls) == 1 + 2  # no renewal, no request more for the verdict
 
@@ -194,7 +196,9 @@ def test_an_overdue_lease_checks_in_once_before_a_call(
     clock.now += TTL
     service.ttl_write(http=404)
     service.add("GET", f"/sandboxes/{SANDBOX}", 404)
-    with pytest.raises(cs.LeaseExpired):
+    with pytest.raises(
+        cs.LeaseExpired, match="its ttl watchdog deleted it after 20 s without renewal"
+    ):
         watchdog.verify()
 
 
@@ -303,7 +307,7 @@ def test_a_lost_creation_answer_not_found_fails_and_stops_any_watchdog(
     service.add("POST", f"/sandboxes/{SANDBOX}/processes", body=requests.ConnectionError("reset"))
     service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": []})
     service.ttl_write()
-    with pytest.raises(cs.CreateosApiError):
+    with pytest.raises(cs.CreateosApiError, match="no answer during ttl watchdog"):
         dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
     assert writes(service) == [STOP] and fake.jobs == []
 
@@ -318,7 +322,7 @@ def test_a_lost_creation_answer_listed_without_a_usable_id_fails_and_stops_any_w
     listed = process(process_id=listed_id, args=["-c", "...", "createos-sync-ttl", dog.name])
     service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": [listed]})
     service.ttl_write()
-    with pytest.raises(cs.CreateosApiError):
+    with pytest.raises(cs.CreateosApiError, match="no answer during ttl watchdog"):
         dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
     assert dog.process_id is None
     assert writes(service) == [STOP] and fake.jobs == []
@@ -421,7 +425,7 @@ def test_close_winning_over_an_attach_stops_the_watchdog_it_had_started(
     service.get_sandbox("running")
     service.mock.add_callback("POST", f"{API}/sandboxes/{SANDBOX}/processes", callback=created)
     service.stop_watchdog()
-    with pytest.raises(cs.LeaseClosed):
+    with pytest.raises(cs.LeaseClosed, match="the lease was closed while it was opening"):
         lease.open()
     closer.join(10)
     assert [c.request.method for c in service.mock.calls] == ["GET", "POST", "DELETE"]
