@@ -24,7 +24,13 @@ from ._sandboxes.containment import DEFAULT_GRACE
 from ._wire import api as _api
 from ._wire.deadline import Deadline
 from ._wire.ndjson import Exit
-from .errors import CreateosCleanupError, LeaseClosed, OperationTimeout, SandboxUnavailable
+from .errors import (
+    CreateosApiError,
+    CreateosCleanupError,
+    LeaseClosed,
+    Operation,
+    OperationTimeout,
+)
 from .models import ProcessInfo
 from .result import RunResult, describe_args
 
@@ -308,7 +314,8 @@ def reattach(
     """A handle on a process this client did not start here; its output replays from the journal."""
     record = _api.get_process(box.transport, box.sandbox_id, process_id, box.deadline())
     if record is None:
-        raise SandboxUnavailable(box.sandbox_id, "missing", f"it has no process {process_id}")
+        detail = f"sandbox {box.sandbox_id} has no process {process_id}"
+        raise CreateosApiError(Operation.PROCESS_CONTROL, 404, detail=detail)
     info = ProcessInfo.from_api(record)
     raw_args = [str(a) for a in record.get("args") or ()]
     args = unwrap(raw_args) or tuple(raw_args) or str(record.get("cmd") or process_id)

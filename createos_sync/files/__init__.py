@@ -309,6 +309,8 @@ def download(
     target = os.path.abspath(local_path)
     if os.path.isdir(target):
         raise IsADirectoryError(f"{target} is a directory")
+    if not os.path.isdir(os.path.dirname(target)):
+        raise FileNotFoundError(f"the parent directory of {target} does not exist")
     with _replacing(target) as sink:
         fetch(box, path, sink, deadline, meter or Meter(None))
 

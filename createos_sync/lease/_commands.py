@@ -178,7 +178,8 @@ class CommandMethods(LeaseCore):
         """Reattach to a process of this sandbox by id (after a kernel restart, say).
 
         Its output is replayed from whatever the journal still holds. If it is
-        still running, it is terminated when this lease closes. Request
+        still running, it is terminated when this lease closes. An id the
+        sandbox does not know raises ``CreateosApiError`` (status 404). Request
         budget: 2 (read the process, attach its output).
 
         Args:

@@ -107,8 +107,9 @@ def test_reattach_after_the_first_handle_is_dropped_replays_the_output(
 
     finished = box.process(process_id)  # a finished process can be read again too
     assert finished.wait(timeout=60).stdout == "first\nsecond\n"
-    with pytest.raises(cs.SandboxUnavailable, match="it has no process proc-does-not-exist"):
+    with pytest.raises(cs.CreateosApiError, match="has no process proc-does-not-exist") as lost:
         box.process("proc-does-not-exist")
+    assert lost.value.status == 404 and not isinstance(lost.value, cs.SandboxUnavailable)
 
 
 def test_a_reattached_process_reports_the_users_command(box: cs.Lease) -> None:
