@@ -168,7 +168,9 @@ def test_managed_process_connect_input_wait_and_delete(box: SandboxInstance) -> 
     """The managed-process flow of the production integration: create, connect, input,
     close stdin, long-poll ``/wait`` (408 while it runs), and delete."""
     created = box.processes.create(
-        ManagedProcessCreateRequest(command="bash", arguments=["-c", "read line; echo got $line"])
+        ManagedProcessCreateRequest(
+            command="bash", arguments=["-c", "read line; echo got $line; cat >/dev/null"]
+        )
     )
     with pytest.raises(createos.APIError) as early:
         box.processes.wait(

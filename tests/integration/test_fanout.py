@@ -320,10 +320,11 @@ def test_ctrl_c_closes_every_lease_then_raises(emulator: Emulator, how: str) -> 
     assert not sandboxes & set(emulator.live_sandboxes())
     assert emulator.live_processes() == []
     for sandbox_id in sandboxes:  # the containment rule: terminated, then destroyed
-        assert operations(emulator, sandbox_id)[-2:] == [
-            ("process.delete", 200),
-            ("sandbox.delete", 200),
-        ]
+        # A worker thread may still be releasing its start gate when the Ctrl-C's
+        # termination lands: that release then finds stdin closed (409), harmlessly.
+        late_gate = ("process.stdin_close", 409)
+        done = [op for op in operations(emulator, sandbox_id) if op != late_gate]
+        assert done[-2:] == [("process.delete", 200), ("sandbox.delete", 200)]
     assert len(_creations(emulator)) == 3  # nothing new started
 
 
