@@ -309,8 +309,7 @@ def download(
     target = os.path.abspath(local_path)
     if os.path.isdir(target):
         raise IsADirectoryError(f"{target} is a directory")
-    if not os.path.isdir(os.path.dirname(target)):
-        raise FileNotFoundError(f"the parent directory of {target} does not exist")
+    _archive.require_parent(target)
     with _replacing(target) as sink:
         fetch(box, path, sink, deadline, meter or Meter(None))
 

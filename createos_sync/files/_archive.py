@@ -115,9 +115,14 @@ def check_target(target: str | os.PathLike[str]) -> str:
             raise FileExistsError(f"{path} exists and is not a directory")
         if os.listdir(path):
             raise FileExistsError(f"{path} exists and is not empty")
+    require_parent(path)
+    return path
+
+
+def require_parent(path: str) -> None:
+    """Refuse a local destination whose directory does not exist, before any request."""
     if not os.path.isdir(os.path.dirname(path)):
         raise FileNotFoundError(f"the parent directory of {path} does not exist")
-    return path
 
 
 def unpack(archive: BinaryIO, target: str | os.PathLike[str]) -> None:
