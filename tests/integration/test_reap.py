@@ -349,8 +349,10 @@ def test_opening_a_lease_reaps_what_dead_owners_left_in_the_background(
     with client.lease() as box:
         if auto == "on":
             wait_until(lambda: orphan not in emulator.live_sandboxes(), "the background reap")
-            wait_until(lambda: "crashed-1" not in {e.name for e in Journal().entries()}, "it")
-            assert f"reaped a dead lease's entry: destroyed {orphan}" in caplog.text
+            # the journal entry goes first, the INFO line after it: wait for the line itself
+            said = f"reaped a dead lease's entry: destroyed {orphan}"
+            wait_until(lambda: said in caplog.text, "the INFO line")
+            assert "crashed-1" not in {e.name for e in Journal().entries()}
         else:
             box.run("true")
             assert orphan in emulator.live_sandboxes()
