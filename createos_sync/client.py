@@ -49,7 +49,7 @@ class Client:
             only, except to a loopback host; a trailing ``/v1`` is accepted.
         timeout: seconds: the default deadline of one operation and the
             default command timeout of ``Lease.run`` (cleanup always gets a
-            fresh deadline of its own).
+            fresh deadline of its own: ``cleanup_timeout``).
         max_retries: how often a retryable failure (429 or 503 for every
             request; 500, 502, 504 or a lost answer for idempotent ones) is
             tried again.
@@ -63,6 +63,8 @@ class Client:
             system's, for this client only (an HTTPS emulator, a TLS-inspecting
             proxy); falls back to ``CREATEOS_CA_BUNDLE``, and wins over
             ``REQUESTS_CA_BUNDLE``.
+        cleanup_timeout: seconds: the fresh deadline a cleanup gets (ending
+            processes, destroying the sandbox), shared out between its steps.
         sleep: how to wait between retries; injectable so that tests of
             retry paths run instantly.
 
@@ -81,6 +83,7 @@ class Client:
         rate_scope: RateScope = "machine",
         session: requests.Session | None = None,
         ca_bundle: str | os.PathLike[str] | None = None,
+        cleanup_timeout: float = 60.0,
         sleep: _retry.Sleep = time.sleep,
     ) -> None:
         self.config = Config.resolve(
@@ -91,6 +94,7 @@ class Client:
             requests_per_minute=requests_per_minute,
             rate_scope=rate_scope,
             ca_bundle=ca_bundle,
+            cleanup_timeout=cleanup_timeout,
         )
         if session is not None and ca_bundle is not None:
             raise ConfigError("give ca_bundle or session, not both (set the session's verify)")

@@ -79,6 +79,7 @@ class Config:
         requests_per_minute: int = 300,
         rate_scope: RateScope = "machine",
         ca_bundle: str | os.PathLike[str] | None = None,
+        cleanup_timeout: float = 60.0,
         environ: Mapping[str, str] | None = None,
     ) -> Config:
         """Build a config from arguments and the environment; raise ConfigError if invalid.
@@ -86,8 +87,8 @@ class Config:
         ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
         ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
         public service. ``timeout`` (seconds), ``max_retries``,
-        ``requests_per_minute``, ``rate_scope`` and ``ca_bundle`` (else
-        ``CREATEOS_CA_BUNDLE``) are those of ``Client``.
+        ``requests_per_minute``, ``rate_scope``, ``ca_bundle`` (else
+        ``CREATEOS_CA_BUNDLE``) and ``cleanup_timeout`` are those of ``Client``.
         ``environ`` replaces ``os.environ`` as the environment read (for tests).
         """
         env = os.environ if environ is None else environ
@@ -102,6 +103,7 @@ class Config:
             max_retries=_count("max_retries", max_retries, minimum=0),
             requests_per_minute=_count("requests_per_minute", requests_per_minute, minimum=1),
             rate_scope=_rate_scope(rate_scope),
+            cleanup_timeout=_positive_seconds("cleanup_timeout", cleanup_timeout),
             ca_bundle=validate_ca_bundle(
                 ca_bundle if ca_bundle is not None else env.get(CA_BUNDLE_ENV) or None
             ),

@@ -11,7 +11,6 @@ import pytest
 import createos_sync as cs
 from createos_sync.emulator import Emulator, Fault
 
-from ..reliability.support import with_cleanup_timeout
 from .helpers import FAST, own_emulator, processes_of
 
 THREADS = 8
@@ -54,8 +53,11 @@ def test_close_sees_every_process_whose_creation_was_sent_before_it(
 
 
 def test_a_hanging_termination_leaves_its_retry_a_share_of_the_cleanup_time() -> None:
-    with own_emulator(transition_delay=0) as emu, emu.client(requests_per_minute=FAST) as client:
-        with_cleanup_timeout(client, 3.0)  # a termination's share: 3 s; the first answers after 6
+    with (
+        own_emulator(transition_delay=0) as emu,
+        # a termination's share of the cleanup time: 3 s; the first answers after 6
+        emu.client(requests_per_minute=FAST, cleanup_timeout=3.0) as client,
+    ):
         box = client.lease(on_exit="keep").open()
         sandbox_id = box.id
         servers = [box.start(f"sleep {1000 + n}") for n in range(3)]

@@ -13,9 +13,6 @@ import time
 import traceback
 from collections.abc import Iterable
 
-import attrs
-
-import createos_sync as cs
 from createos_sync.emulator import Emulator
 
 from ..integration.helpers import sweep
@@ -51,16 +48,6 @@ class Nap:
         with self._lock:
             self.waits.append(seconds)
         time.sleep(min(seconds, self.cap))
-
-
-def with_cleanup_timeout(client: cs.Client, seconds: float) -> cs.Client:
-    """Shorten the fresh deadline that cleanup gets (60 s, with no public setting).
-
-    Only the answers slowed past that deadline need it; the transport reads
-    its config at every request, so replacing the frozen config is enough.
-    """
-    client.transport.config = attrs.evolve(client.transport.config, cleanup_timeout=seconds)
-    return client
 
 
 # --- leaks -------------------------------------------------------------------------

@@ -54,7 +54,6 @@ from .support import (
     exception_texts,
     record_texts,
     same_digest,
-    with_cleanup_timeout,
 )
 
 OPERATIONS = (
@@ -188,11 +187,6 @@ class Cell:
         self.texts.append(repr(lease))
         return lease
 
-    def shorten_cleanup(self) -> None:
-        """Deletes run under cleanup's own deadline: a slowed one must outlast it."""
-        if self.slow:
-            with_cleanup_timeout(self.client, SHORT)
-
     def opened(self, box: cs.Lease) -> None:
         assert box.id is not None
         self.sandbox_ids.add(box.id)
@@ -222,9 +216,7 @@ def lease_workload(cell: Cell) -> None:
     if cell.operation == "sandbox.get":
         attach_workload(cell)
         return
-    if cell.operation == "sandbox.delete":
-        cell.shorten_cleanup()
-    else:
+    if cell.operation != "sandbox.delete":
         cell.inject()
     with cell.lease() as box:
         cell.opened(box)
@@ -262,7 +254,6 @@ def process_workload(cell: Cell) -> None:
 
 def terminate_workload(cell: Cell) -> None:
     """A background process still running at close: its termination is faulted."""
-    cell.shorten_cleanup()
     with cell.lease() as box:
         cell.opened(box)
         process = box.start(SLEEPER)
@@ -349,11 +340,22 @@ def records(emu: Emulator, operation: str, sandbox_ids: set[str]) -> list[int | 
     ]
 
 
+def cleanup_time(operation: str, kind: str) -> float:
+    """Deletes run under cleanup's own deadline: a slowed one must outlast it."""
+    slowed_delete = kind == "slow" and operation in ("sandbox.delete", "process.delete")
+    return SHORT if slowed_delete else 60.0
+
+
 def run_cell(operation: str, kind: str, tmp: Path, expected_output: tuple[str, str]) -> Report:
     """One cell on an emulator of its own (so that cells can run side by side)."""
     with Emulator(rate_limit=None, transition_delay=0.0, api_key=KEY) as emu:
         nap = Nap()
-        client = emu.client(requests_per_minute=FAST, sleep=nap, timeout=20)
+        client = emu.client(
+            requests_per_minute=FAST,
+            sleep=nap,
+            timeout=20,
+            cleanup_timeout=cleanup_time(operation, kind),
+        )
         cell = Cell(operation, kind, emu, client, nap, tmp, expected_output)
         caught: BaseException | None = None
         failure: BaseException | None = None

@@ -25,7 +25,7 @@ from createos_sync.emulator import Emulator, Fault
 
 from ..integration.helpers import FAST
 from .ledger import Ledger
-from .support import KEY, Nap, check_no_leaks, with_cleanup_timeout
+from .support import KEY, Nap, check_no_leaks
 
 TRICKLE = 0.5  # seconds between two bytes of the answer
 DEADLINE = 2.0
@@ -39,8 +39,10 @@ def emu() -> Iterator[Emulator]:
         yield emulator
 
 
-def _client(emu: Emulator, timeout: float = 30.0) -> cs.Client:
-    return emu.client(requests_per_minute=FAST, sleep=Nap(), timeout=timeout)
+def _client(emu: Emulator, timeout: float = 30.0, cleanup_timeout: float = 60.0) -> cs.Client:
+    return emu.client(
+        requests_per_minute=FAST, sleep=Nap(), timeout=timeout, cleanup_timeout=cleanup_timeout
+    )
 
 
 def test_a_trickling_stream_does_not_outlive_the_run_timeout(
@@ -77,8 +79,7 @@ def test_a_trickling_answer_does_not_outlive_an_operations_deadline(
 def test_a_trickling_answer_does_not_outlive_cleanups_deadline(
     emu: Emulator, ledger: Ledger
 ) -> None:
-    with _client(emu) as client:
-        with_cleanup_timeout(client, DEADLINE)
+    with _client(emu, cleanup_timeout=DEADLINE) as client:
         box = client.lease().open()
         box.start("exec sleep 60")
         emu.faults.add(Fault("process.delete", trickle=TRICKLE, times=2))

@@ -100,11 +100,20 @@ def test_unsendable_keys_are_rejected_without_being_shown(key: str) -> None:
         ({"requests_per_minute": 0}, "requests_per_minute must be an integer >= 1"),
         ({"timeout": "5"}, "timeout must be a number of seconds"),
         ({"max_retries": True}, "max_retries must be an integer >= 0"),
+        ({"cleanup_timeout": 0}, "cleanup_timeout must be a positive, finite number of seconds"),
+        ({"cleanup_timeout": float("nan")}, "cleanup_timeout must be a positive, finite number"),
     ],
 )
 def test_invalid_numbers(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Client("k", "https://api.test", **kwargs)  # type: ignore[arg-type]
+
+
+def test_cleanup_gets_60_seconds_unless_told_otherwise() -> None:
+    """The README's figure, as a literal: cleanup has its own time, 60 s."""
+    assert Client("k", "https://api.test").config.cleanup_timeout == 60.0
+    shorter = Client("k", "https://api.test", cleanup_timeout=2.5)
+    assert shorter.transport.config.cleanup_timeout == 2.5
 
 
 def test_repr_hides_the_key() -> None:
