@@ -177,14 +177,28 @@ def test_previews_mode_is_checked(make_emu: Callable[..., Emulator], mode: str) 
     assert make_emu(previews=mode).previews == mode
 
 
+def _one_port_on_both_loopbacks() -> tuple[socket.socket, socket.socket]:
+    """Sockets bound to ::1 and 127.0.0.1 on one port, which no other process holds on either."""
+    for _ in range(50):  # another test's listener may hold the IPv6 socket's port on IPv4
+        six, four = socket.socket(socket.AF_INET6), socket.socket()
+        try:
+            six.bind(("::1", 0))
+            four.bind(("127.0.0.1", six.getsockname()[1]))
+        except OSError:
+            six.close()
+            four.close()
+            continue
+        return six, four
+    raise AssertionError("no port free on both loopbacks in 50 tries")
+
+
 def test_listeners_are_the_same_from_sock_diag_and_from_proc(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if not listeners.can_check():
         pytest.skip("no /proc/net here")
-    with socket.socket(socket.AF_INET6) as six, socket.socket() as four:
-        six.bind(("::1", 0))
-        four.bind(("127.0.0.1", six.getsockname()[1]))
+    six, four = _one_port_on_both_loopbacks()
+    with six, four:
         six.listen()
         four.listen()
         port = six.getsockname()[1]

@@ -181,7 +181,7 @@ def test_run_tty_reads_end_of_input_at_once_and_follows_the_window_size(
     # bash runs a trap once a `wait` is interrupted (a `read` would hold it until a line comes)
     script = (
         "cat; echo got-eof; trap 'echo \"now $(stty size)\"; kill $!; exit 7' WINCH; "
-        "echo ready; sleep 600 & wait"
+        "sleep 600 & echo ready; wait"  # ready once `$!` is the sleep
     )
     before = set(emulator.live_sandboxes())
     child = spawn(

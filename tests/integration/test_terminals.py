@@ -36,8 +36,9 @@ def until(process: Process, output: Iterator[tuple[str, str]], marker: str, seen
 def test_stty_size_shows_the_size_asked_for_and_after_resize(box: cs.Lease) -> None:
     assert box.run("stty size", pty=(30, 100)).stdout == "30 100\r\n"
     assert box.run("stty size", pty=True).stdout == "24 80\r\n"
-    # bash runs a trap once a `wait` is interrupted (a `read` would hold it until a line comes)
-    script = "trap 'echo \"now $(stty size)\"; kill $!' WINCH; echo ready; sleep 600 & wait; "
+    # bash runs a trap once a `wait` is interrupted (a `read` would hold it until a line comes);
+    # "ready" comes once the sleep is started: a resize before would find no `$!` to kill
+    script = "trap 'echo \"now $(stty size)\"; kill $!' WINCH; sleep 600 & echo ready; wait; "
     process = box.start(script + "read -r _; stty size", pty=(30, 100))
     output = process.output()
     until(process, output, "ready\r\n")
@@ -114,7 +115,7 @@ def test_a_running_terminal_process_is_terminated_at_close(
 
 
 def test_reattaching_finds_a_terminal(box: cs.Lease) -> None:
-    process = box.start("trap 'stty size; kill $!' WINCH; echo ready; sleep 600 & wait", pty=True)
+    process = box.start("trap 'stty size; kill $!' WINCH; sleep 600 & echo ready; wait", pty=True)
     until(process, process.output(), "ready")
     again = box.process(process.id)
     again.resize(33, 99)
