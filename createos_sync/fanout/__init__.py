@@ -107,7 +107,8 @@ def map(
             journal; stopping cancels the items not started, and the running
             ones close their leases themselves when ``fn`` returns.
         client: defaults to a ``Client()`` from the environment, closed at the end.
-        shape, keywords: the lease keywords below, for every item's lease
+        shape: the machine shape of every item's lease (as in ``cs.lease``).
+        **keywords: the other lease keywords, for every item's lease
             (``sandbox_id`` is refused: each item needs a sandbox of its own;
             ``start_paused`` needs ``fork_from``, and ``fn`` then resumes its box).
 
