@@ -1,4 +1,5 @@
-"""The Python blocks of the documentation (``docs/**/*.md``), as the docs tests run them.
+"""The Python blocks of the documentation (``docs/**/*.md`` and the README), as the docs
+tests run them.
 
 A block is a fenced ```` ```python ```` block. An HTML comment on the line just before
 it says how it is tested (none: it runs on the emulator):
@@ -28,18 +29,18 @@ MARKERS = ("service", "needs")
 
 @dataclass(frozen=True)
 class Block:
-    page: str  # relative to docs/
+    page: str  # relative to the repository: docs/..., README.md
     line: int  # of the opening fence, 1-based
     code: str
     marker: str | None  # "service", "needs NAME", or None (runs)
 
     @property
     def name(self) -> str:
-        return f"docs/{self.page}:{self.line}"
+        return f"{self.page}:{self.line}"
 
 
 def pages() -> list[Path]:
-    return sorted(p for p in DOCS.rglob("*.md"))
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def blocks_of(text: str, page: str) -> list[Block]:
@@ -54,7 +55,7 @@ def all_blocks() -> dict[str, list[Block]]:
     """Every page's Python blocks, in page order (pages without any left out)."""
     found = {}
     for path in pages():
-        page = path.relative_to(DOCS).as_posix()
+        page = path.relative_to(ROOT).as_posix()
         blocks = blocks_of(path.read_text(), page)
         if blocks:
             found[page] = blocks

@@ -1,4 +1,6 @@
-"""The README's set-up blocks stand alone, and CI runs exactly the README's test command."""
+"""The README is a landing page whose set-up blocks stand alone, and CI runs exactly the
+README's test command. (The docs site's own checks: test_docs_site.py, test_docs_examples.py,
+test_docs_costs.py.)"""
 
 from __future__ import annotations
 
@@ -35,3 +37,15 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert any(line.startswith("bash .ci/integrations.sh") for line in after)
     assert steps[-1] == "((consumer == 0 && integrations == 0))"
     assert "apt-get install" in "\n".join(ci) and "bubblewrap" in "\n".join(ci)
+
+
+def test_the_readme_is_a_landing_page_that_links_into_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    links = re.findall(r"\]\(((?:docs|examples)/[^)#]*)(?:#[^)]*)?\)", readme)
+    assert len([link for link in links if link.startswith("docs/")]) >= 20  # every section
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert missing == []
+    for section in ("tutorial.md", "how-to/", "reference/", "explanation/"):
+        assert f"docs/{section}" in readme, section
+    assert "<!--" not in readme  # no leftover comments

@@ -23,7 +23,7 @@ import pytest
 import createos_sync as cs
 from createos_sync.emulator import Emulator
 
-from .docs_blocks import DOCS, MARKERS, Block, all_blocks, blocks_of, pages
+from .docs_blocks import MARKERS, ROOT, Block, all_blocks, blocks_of, pages
 
 BLOCKS = all_blocks()
 
@@ -74,7 +74,7 @@ def test_the_pages_python_blocks_run_on_the_emulator(
 def test_every_python_block_is_found_and_every_marker_is_known() -> None:
     for path in pages():
         text = path.read_text()
-        page = path.relative_to(DOCS).as_posix()
+        page = path.relative_to(ROOT).as_posix()
         found = blocks_of(text, page)
         # an indented block (in a list or an admonition) would escape the collector
         assert len(found) == len(re.findall(r"```python", text)), page
@@ -89,7 +89,8 @@ def test_every_python_block_is_found_and_every_marker_is_known() -> None:
 
 def test_the_collector_sees_markers_and_lines() -> None:
     text = "intro\n\n<!-- docs-test: service -->\n```python\nx = 1\n```\n\n```python\ny = 2\n```\n"
-    first, second = blocks_of(text, "page.md")
+    first, second = blocks_of(text, "docs/page.md")
+    assert first.name == "docs/page.md:4"
     assert (first.line, first.marker, first.code) == (4, "service", "x = 1\n")
     assert (second.line, second.marker, second.code) == (8, None, "y = 2\n")
     assert not _runs(first) and _runs(second)

@@ -17,6 +17,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_MARKER = "<!-- generated: cli -->"
+KEYWORDS_MARKER = "<!-- generated: lease-keywords -->"
 
 
 def _import_parsers() -> tuple[argparse.ArgumentParser, Any]:
@@ -38,7 +39,11 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, ar
 
 
 def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace("*", "\\*")
+    """Text for a Markdown table cell: Markdown's specials escaped outside code spans."""
+    parts = text.replace("|", "\\|").split("`")
+    for i in range(0, len(parts), 2):  # the even parts lie outside backticks
+        parts[i] = parts[i].replace("<", "&lt;").replace("*", "\\*").replace("_", "\\_")
+    return "`".join(parts)
 
 
 def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
@@ -120,7 +125,31 @@ def _cli_reference() -> str:
     return "\n".join(lines)
 
 
+def lease_keywords() -> str:
+    """The lease keywords' table, from the text ``cs.lease``'s decorator appends to the
+    docstrings at run time (which the static reading of mkdocstrings does not see)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from createos_sync._sandboxes.options import KEYWORDS, KEYWORDS_DOC
+
+    entries: list[list[str]] = []
+    for line in KEYWORDS_DOC.splitlines()[1:]:
+        name, sep, text = line.strip().partition(": ")
+        if line.startswith("    ") and not line.startswith("        ") and sep:
+            entries.append([name, text])
+        elif line.strip():
+            entries[-1][1] += " " + line.strip()
+    named = {name for name, _ in entries}
+    missing = (KEYWORDS | {"shape"}) - named
+    if missing:  # the table would lie by omission: fail the build
+        raise ValueError(f"KEYWORDS_DOC does not describe {sorted(missing)}")
+    rows = [f"| `{name}` | {_escape(text.replace('``', '`'))} |" for name, text in entries]
+    return "\n".join(["| keyword | meaning |", "|---|---|", *rows])
+
+
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     if CLI_MARKER in markdown:
-        return markdown.replace(CLI_MARKER, cli_reference())
+        markdown = markdown.replace(CLI_MARKER, cli_reference())
+    if KEYWORDS_MARKER in markdown:
+        markdown = markdown.replace(KEYWORDS_MARKER, lease_keywords())
     return markdown
