@@ -28,7 +28,10 @@ def table() -> dict[str, tuple[int, bool]]:
     for line in PAGE.read_text().splitlines():
         match = re.fullmatch(r"\| `?(.+?)`?(, per item)? \| (\d+)( \+ status polls)? \|.*\|", line)
         if match:
-            rows[match.group(1) + (match.group(2) or "")] = (int(match.group(3)), bool(match.group(4)))
+            rows[match.group(1) + (match.group(2) or "")] = (
+                int(match.group(3)),
+                bool(match.group(4)),
+            )
     return rows
 
 
@@ -101,8 +104,8 @@ MEASURED: dict[str, Step] = {
         b.write_file("/workspace/g", b"x"),
         lambda: b.read_file("/workspace/g"),
     )[1],
-    "box.upload_dir(local, remote)": lambda c, b, t: lambda: b.upload_dir(
-        _local_dir(t), "/workspace/up"
+    "box.upload_dir(local, remote)": lambda c, b, t: (
+        lambda: b.upload_dir(_local_dir(t), "/workspace/up")
     ),
     "box.download_dir(remote, local)": lambda c, b, t: (
         _remote_dir(b),
@@ -118,15 +121,15 @@ MEASURED: dict[str, Step] = {
     "client.shapes()": lambda c, b, t: c.shapes,
     "client.sandboxes()": lambda c, b, t: c.sandboxes,
     "client.create_network(name)": lambda c, b, t: lambda: c.create_network("made"),
-    "client.delete_network(network)": lambda c, b, t: (
-        lambda n: lambda: c.delete_network(n)
-    )(c.create_network("unused")),
-    "client.request(method, path)": lambda c, b, t: lambda: c.request("GET", "/sandboxes"),
-    "client.build_template(name, dockerfile)": lambda c, b, t: lambda: c.build_template(
-        "costs", "FROM ubuntu:24.04\nRUN true\n"
+    "client.delete_network(network)": lambda c, b, t: (lambda n: lambda: c.delete_network(n))(
+        c.create_network("unused")
     ),
-    "cs.map(fn, items), per item": lambda c, b, t: lambda: cs.map(
-        lambda box, item: None, [1], client=c, progress=False
+    "client.request(method, path)": lambda c, b, t: lambda: c.request("GET", "/sandboxes"),
+    "client.build_template(name, dockerfile)": lambda c, b, t: (
+        lambda: c.build_template("costs", "FROM ubuntu:24.04\nRUN true\n")
+    ),
+    "cs.map(fn, items), per item": lambda c, b, t: (
+        lambda: cs.map(lambda box, item: None, [1], client=c, progress=False)
     ),
 }
 

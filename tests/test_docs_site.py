@@ -58,8 +58,10 @@ def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
     for page in DOCS.rglob("*.md"):
         relative = page.relative_to(DOCS).with_suffix("")
         built = site / (
-            "index.html" if relative.name == "index" and relative.parent == Path(".")
-            else relative.parent / "index.html" if relative.name == "index"
+            "index.html"
+            if relative.name == "index" and relative.parent == Path(".")
+            else relative.parent / "index.html"
+            if relative.name == "index"
             else relative / "index.html"
         )
         assert built.is_file(), built
@@ -73,7 +75,9 @@ def _parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
     from createos_sync import cli
     from createos_sync.emulator import __main__ as emulator_main
 
-    def walk(prefix: str, parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    def walk(
+        prefix: str, parser: argparse.ArgumentParser
+    ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
         yield prefix, parser
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
@@ -132,7 +136,9 @@ def test_the_api_reference_documents_every_public_name(site: Path) -> None:
 
 # --- the error tree ------------------------------------------------------------------
 
-TREE_LINE = re.compile(r"^(?P<indent>(?:[│ ] {3})*)(?:[├└]── )?(?P<name>[A-Z]\w+)(?: \(also (?P<also>[\w, ]+)\))?")
+TREE_LINE = re.compile(
+    r"^(?P<indent>(?:[│ ] {3})*)(?:[├└]── )?(?P<name>[A-Z]\w+)(?: \(also (?P<also>[\w, ]+)\))?"
+)
 
 
 def error_tree() -> dict[str, tuple[str | None, set[str]]]:
@@ -215,10 +221,14 @@ def test_every_environment_variable_the_package_reads_is_documented() -> None:
 
 def test_every_how_to_guide_is_one_click_from_the_navigation() -> None:
     config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.SafeLoader)
-    sections = {next(iter(item)): item[next(iter(item))] for item in config["nav"] if isinstance(item, dict)}
+    sections = {
+        next(iter(item)): item[next(iter(item))] for item in config["nav"] if isinstance(item, dict)
+    }
     guides = [e for e in sections["How-to guides"] if isinstance(e, dict)]
     files = {next(iter(e.values())) for e in guides}
-    assert files == {p.relative_to(DOCS).as_posix() for p in (DOCS / "how-to").glob("*.md")} - {"how-to/index.md"}
+    assert files == {p.relative_to(DOCS).as_posix() for p in (DOCS / "how-to").glob("*.md")} - {
+        "how-to/index.md"
+    }
     titles = " ".join(next(iter(e)) for e in guides).lower()
     for task in ("commands", "files", "background", "previews", "forks", "disks", "computer use",
                  "notebooks", "ci", "cs.map", "inspect", "emulator", "errors"):  # fmt: skip

@@ -29,7 +29,9 @@ def _import_parsers() -> tuple[argparse.ArgumentParser, Any]:
     return cli._parser(), emulator_main._parser
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+def _subcommands(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
     """(name, one-line help, parser) of each sub-command, in the order ``--help`` lists them."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
