@@ -38,12 +38,15 @@ class ForkMethods(LeaseCore):
         client and timeout. Safe to call from many threads at once.
 
         Args:
-            egress, env: the fork's rules and variables (None: the source's).
+            egress: the fork's egress rules (None: the source's).
+            env: the fork's variables (None: the source's).
             ingress: True or False switches preview URLs; None keeps the source's.
             start_paused: the fork starts paused, and its lease opens on it
                 paused: ``run()`` and file calls raise ``SandboxUnavailable``
                 until ``resume()`` (which also arms its ``ttl``).
-            on_exit, ttl, max_lifetime: as for ``lease()``.
+            on_exit: as for ``lease()``.
+            ttl: as for ``lease()``.
+            max_lifetime: as for ``lease()``.
 
         Request budget: 1 fork plus status polls until it runs (or is paused),
         plus 1 for its ttl watchdog (made at its first ``resume()`` when
