@@ -1,4 +1,4 @@
-"""The folder tree is the architecture (README, "Architecture"): its promises, checked."""
+"""The folder tree is the architecture (docs/explanation/architecture.md): its promises, checked."""
 
 from __future__ import annotations
 

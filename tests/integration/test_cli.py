@@ -56,7 +56,7 @@ def test_run_exit_status_output_transfers_and_command_forms(
     )  # fmt: skip
     assert ok == (0, "out\n", "err\n")
     assert failed[:2] == (3, "")
-    assert killed[0] == 128 + 9  # a command killed by signal N: 128 + N, as the README says
+    assert killed[0] == 128 + 9  # a command killed by signal N: 128 + N (exit-codes.md)
     assert timed_out[:2] == (124, "before\n")
     assert "timed out after 3 s" in timed_out[2]
     assert script[:2] == (0, "a\nb\n")

@@ -1,4 +1,4 @@
-"""``cs.map`` on a process pool: the README promises it; items run in other processes.
+"""``cs.map`` on a process pool: docs/how-to/map.md promises it; items run in other processes.
 
 Each worker process builds a client of its own from the caller's configuration
 (API key included), so the function, the items and the results must pickle.

@@ -32,7 +32,7 @@ from .helpers import (
 
 REPO = Path(__file__).resolve().parents[2]
 
-# --- request budget of a lease (a promise of the README) -----------------------
+# --- request budget of a lease (docs/reference/request-costs.md) ---------------
 
 
 def test_open_and_close_cost_three_requests_with_no_status_poll(emulator: Emulator) -> None:

@@ -362,7 +362,7 @@ def test_keyboard_interrupt_in_on_output_terminates_the_remote_tree(
     assert box.run("echo usable").stdout == "usable\n"
 
 
-# --- request budget (a promise of the README) ---------------------------------
+# --- request budget (docs/reference/request-costs.md) -------------------------
 
 
 def test_run_true_costs_exactly_three_requests(emulator: Emulator, box: Lease) -> None:

@@ -194,7 +194,7 @@ def test_run_tty_reads_end_of_input_at_once_and_follows_the_window_size(
     child.expect(r"now 40 100\r+\n")
     assert finished(child) == 7
     assert emulator.live_processes() == []
-    # as README says: one request more than `run` (the Ctrl-D), and one for the resize
+    # as terminals.md says: one request more than `run` (the Ctrl-D), and one for the resize
     requests = [op for op, _ in operations(emulator, sandbox_id) if op.startswith("process.")]
     assert requests == ["process.create", "process.connect"] + ["process.input"] * 2 + [
         "process.resize"

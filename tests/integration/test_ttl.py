@@ -131,7 +131,7 @@ def test_paused_past_its_ttl_then_resumed_the_sandbox_lives_on(
 def test_paused_by_the_service_past_its_ttl_then_resumed_the_sandbox_lives_on(
     emulator: Emulator, client: Client
 ) -> None:
-    """README, ttl: a watchdog notices a pause behind its back (auto-pause) and counts again
+    """leases-ttl.md: a watchdog notices a pause behind its back (auto-pause) and counts again
     from the resume (issue 29: only a pause through the lease was tested)."""
 
     def settled(want: str) -> bool:

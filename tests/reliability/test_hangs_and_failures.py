@@ -70,7 +70,7 @@ def test_a_trickling_answer_does_not_outlive_an_operations_deadline(
             box.info()
         took = time.monotonic() - started
         box.close()
-    assert cut.value.outcome_unknown  # what the README promises of an answer cut in flight
+    assert cut.value.outcome_unknown  # what reference/errors.md promises of an answer cut in flight
     assert DEADLINE <= took < DEADLINE + SLACK, took
     assert check_no_leaks(emu, set()) == []
     ledger.add(scenarios=1, leases=1)

@@ -110,7 +110,7 @@ def test_invalid_numbers(kwargs: dict[str, object], message: str) -> None:
 
 
 def test_cleanup_gets_60_seconds_unless_told_otherwise() -> None:
-    """The README's figure, as a literal: cleanup has its own time, 60 s."""
+    """docs/explanation/containment.md's figure, as a literal: cleanup gets its own 60 s."""
     assert Client("k", "https://api.test").config.cleanup_timeout == 60.0
     shorter = Client("k", "https://api.test", cleanup_timeout=2.5)
     assert shorter.transport.config.cleanup_timeout == 2.5

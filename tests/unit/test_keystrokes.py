@@ -25,9 +25,9 @@ def test_keys_typed_together_make_one_request() -> None:
 
 
 def test_steady_typing_is_paced_to_the_rate_after_a_burst() -> None:
-    """README, Terminals: a burst of 4, then at most 2 a second; a minute of steady typing at
+    """docs/how-to/terminals.md: a burst of 4, then at most 2 a second; a minute of steady typing at
     5 keys a second costs about 123 requests, never more than about 124 (literals: the
-    README's figures, not the module's constants)."""
+    docs' figures, not the module's constants)."""
     batcher = Batcher(now=0.0)
     sent: list[float] = []
     keys = 0

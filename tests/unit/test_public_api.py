@@ -118,5 +118,5 @@ def test_errors_pickle_whole() -> None:
 
 
 def test_lease_closed_is_also_a_runtime_error() -> None:
-    """README, Errors: ``LeaseClosed (also RuntimeError)``."""
+    """docs/reference/errors.md: ``LeaseClosed (also RuntimeError)``."""
     assert issubclass(cs.LeaseClosed, RuntimeError) and issubclass(cs.LeaseClosed, cs.CreateosError)
