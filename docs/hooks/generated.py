@@ -67,8 +67,9 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
         else:
             name = f"`{action.metavar or action.dest}`"
         help_text = " ".join((action.help or "").split())
-        if action.choices and action.option_strings and "{" not in (action.help or ""):
-            help_text += f" (one of: {', '.join(map(str, action.choices))})"
+        extras = []
+        if action.choices and action.option_strings:
+            extras.append("one of: " + ", ".join(map(str, action.choices)))
         default = action.default
         if (
             action.option_strings
@@ -76,7 +77,9 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
             and "default" not in help_text
             and action.nargs != 0
         ):
-            help_text += f" (default: {default})"
+            extras.append(f"default: {default}")
+        if extras:
+            help_text = f"{help_text} ({'; '.join(extras)})".strip()
         rows.append(f"| {name} | {_escape(help_text.strip())} |")
     return rows
 
@@ -89,7 +92,10 @@ def _command_section(
         lines += [_escape(summary[0].upper() + summary[1:]) + ".", ""]
     lines += ["```text", parser.format_usage().strip(), "```", ""]
     if parser.description and parser.description.strip() != summary:
-        lines += ["```text", parser.description.strip(), "```", ""]
+        if parser.formatter_class is argparse.RawDescriptionHelpFormatter:  # laid out by hand
+            lines += ["```text", parser.description.strip(), "```", ""]
+        else:
+            lines += [_escape(" ".join(parser.description.split())), ""]
     rows = _option_rows(parser)
     if rows:
         lines += ["| argument | meaning |", "|---|---|", *rows, ""]
