@@ -39,9 +39,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -50,6 +50,10 @@ from ..config import STATE_DIR_ENV, private_dir, private_file, state_dir
 from ..errors import ConfigError
 
 log = logging.getLogger("createos_sync.journal")
+
+T = TypeVar("T")
+# What a transaction returns: the new entries, the new claims, and its result.
+Change = tuple[list["Entry"], list[Any], T]
 
 JOURNAL_ENV = "CREATEOS_SYNC_JOURNAL"
 FILE_NAME = "leases.json"
@@ -115,16 +119,29 @@ class Entry:
 
     def owner_alive(self) -> bool | None:
         """Whether the owning process still runs; None if that cannot be told from here."""
-        if self.host != socket.gethostname():
-            return None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        start = _process_start(self.pid)
-        return start is None or self.process_start is None or start == self.process_start
+        return process_alive(self.pid, self.process_start, self.host)
+
+    def taken(self) -> Entry:
+        """This entry, passed to this process (a lease attaching to its sandbox)."""
+        me = os.getpid()
+        return attrs.evolve(
+            self, pid=me, process_start=_process_start(me), host=socket.gethostname()
+        )
+
+
+def process_alive(pid: int, process_start: str | None, host: str) -> bool | None:
+    """Whether process ``pid`` (started at ``process_start``) of ``host`` still runs;
+    None if that cannot be told from here (another host)."""
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = _process_start(pid)
+    return start is None or process_start is None or start == process_start
 
 
 @attrs.frozen
@@ -150,6 +167,7 @@ class _Document:
     entries: list[Entry]
     kept: list[Any]  # items that are not valid entries, written back untouched
     unreadable: list[Unreadable]
+    claims: list[Any] = attrs.field(factory=list)  # see ``claims``: written back as they are
 
 
 class Journal:
@@ -208,7 +226,21 @@ class Journal:
     def _update(self, change: Callable[[list[Entry]], list[Entry]]) -> None:
         with self._locked():
             document = self._read()
-            self._write(change(document.entries), document.kept)
+            self._write(change(document.entries), document.kept, document.claims)
+
+    def transact(self, change: Callable[[list[Entry], list[Any]], Change[T]]) -> T:
+        """One locked read-modify-write of the entries and the claims (see ``claims``):
+        ``change`` returns the new entries, the new claims and what to return.
+
+        Raises:
+            OSError: the journal could not be locked, read or written.
+        """
+        with self._locked():
+            document = self._read()
+            entries, claims, result = change(list(document.entries), list(document.claims))
+            if entries != document.entries or claims != document.claims:
+                self._write(entries, document.kept, claims)
+            return result
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -233,7 +265,10 @@ class Journal:
         items = document.get("leases") if isinstance(document, dict) else None
         if not isinstance(items, list):
             return self._set_aside(raw, "not a journal document")
-        return _sort(items, self.path)
+        claims = document.get("claims")
+        return attrs.evolve(
+            _sort(items, self.path), claims=claims if isinstance(claims, list) else []
+        )
 
     def _set_aside(self, raw: bytes, why: str) -> _Document:
         """Keep an unparseable file under a new name; salvage its readable entries."""
@@ -285,8 +320,13 @@ class Journal:
             for path in sorted(self.directory.glob(SET_ASIDE_PREFIX + "*"))
         ]
 
-    def _write(self, entries: list[Entry], kept: list[Any]) -> None:
-        document = {"version": 1, "leases": [*(attrs.asdict(e) for e in entries), *kept]}
+    def _write(self, entries: list[Entry], kept: list[Any], claims: Sequence[Any] = ()) -> None:
+        document: dict[str, Any] = {
+            "version": 1,
+            "leases": [*(attrs.asdict(e) for e in entries), *kept],
+        }
+        if claims:
+            document["claims"] = list(claims)
         fd, temporary = _new_private_file(self.directory)
         try:
             with os.fdopen(fd, "w") as handle:

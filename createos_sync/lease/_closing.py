@@ -135,7 +135,7 @@ class Containment:
                     sandbox_destroyed=None,
                 )
         self._settled = True  # left as on_exit asked: nothing to name
-        self._forget_journal()
+        self._forget_journal(gone=False)
         return None
 
     def _destroyed(self, box: Box, deadline: Deadline) -> bool:
@@ -165,8 +165,8 @@ class Containment:
             sandbox_destroyed=destroyed,
         )
 
-    def _forget_journal(self) -> None:
-        self._record.forget()
+    def _forget_journal(self, *, gone: bool = True) -> None:
+        self._record.forget(gone=gone)
 
     def _cleanup_deadline(self) -> Deadline:
         return Deadline.after(self._client.transport.config.cleanup_timeout)

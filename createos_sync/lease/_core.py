@@ -185,6 +185,8 @@ class LeaseCore(Containment):
     def _obtain(self, deadline: Deadline) -> SandboxInfo:
         transport = self._client.transport
         if self._options.sandbox_id is not None:
+            # Claimed before its first request: no sweep destroys it (issue 42).
+            self._record.claim(self._options.sandbox_id, transport.config.base_url)
             with _shield.delivered():
                 return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
@@ -201,7 +203,9 @@ class LeaseCore(Containment):
             self._opened_at = time.monotonic()
         _registry.add(self)
         if self._record.journal is not None:  # what crashed scripts left: gone by the next run
-            _reap.sweep_in_background(self._client, self._record.journal)
+            _reap.sweep_in_background(
+                self._client, self._record.journal, spare=self._options.sandbox_id
+            )
         if self._options.max_lifetime is not None:
             self._lifetime = _background.scheduler().call_later(
                 self._options.max_lifetime,
@@ -221,7 +225,7 @@ class LeaseCore(Containment):
         try:
             if sandbox_id is None:
                 if not is_cleanup_error(exc):  # nothing was created, or it was found and destroyed
-                    self._forget_journal()
+                    self._forget_journal(gone=False)  # an attached sandbox is left as it was
                 # else a sandbox may exist: the error says so, the journal keeps it. An
                 # attached sandbox stays, but not its watchdog (it would delete it).
                 failure = _ttl.stop(self._watchdog, self.id or "", "left as it was")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._resources import disks as _disks
 from .._resources import networks as _networks
+from .._sandboxes import claims as _claims
 from .._sandboxes import fork as _fork
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
@@ -24,7 +25,7 @@ from .._sandboxes.journal import Entry, Journal
 from .._sandboxes.options import LeaseOptions
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from ..errors import ConfigError, Operation
+from ..errors import ConfigError, Operation, SandboxUnavailable
 from ..models import SandboxInfo
 
 if TYPE_CHECKING:
@@ -47,6 +48,37 @@ class Record:
         self.journal = journal  # None: journal=False (or CREATEOS_SYNC_JOURNAL=off)
         self.name: str | None = None
         self.made_id: str | None = None
+        self.attached: _claims.Attached | None = None  # an attach's claim (``claim``)
+
+    def claim(self, sandbox_id: str, base_url: str) -> None:
+        """An attach: claim the sandbox before any request, so no sweep destroys it
+        (``_sandboxes.claims``). A journal that cannot be written is a warning: no
+        sweep can mark (and so destroy) anything in it either.
+
+        Raises:
+            SandboxUnavailable: a reap is destroying it.
+        """
+        if self.journal is None:
+            return
+        try:
+            with _shield.delivered():  # nothing exists yet: an interrupt here loses nothing
+                self.attached = _claims.claim(self.journal, sandbox_id, base_url)
+        except _claims.Held as held:
+            raise SandboxUnavailable(
+                sandbox_id,
+                str(held),
+                "the lease that made it died, and a reap took it before this attach",
+            ) from None
+        except OSError as exc:
+            log.warning("the lease journal at %s could not be updated: %s", self.journal.path, exc)
+            return
+        if self.attached.taken:
+            log.info(
+                "sandbox %s: its journal entry passed to this process (its owner died)", sandbox_id
+            )
+        if self.attached.holders:
+            pids = ", ".join(map(str, self.attached.holders))
+            log.info("sandbox %s is shared with the live lease of process %s", sandbox_id, pids)
 
     def add(self, entry: Entry) -> None:
         if self.journal is None:
@@ -64,10 +96,23 @@ class Record:
         if self.journal is not None and self.name is not None:
             self.journal.set_sandbox(self.name, sandbox_id)
 
-    def forget(self) -> None:
+    def forget(self, *, gone: bool = True) -> None:
+        """The sandbox is destroyed (``gone``) or left: its entry (and claim) go.
+
+        An attach's claim is dropped; the entries it took go only with the sandbox
+        (kept or paused, they stay this process's: ``claims.release``).
+        """
         if self.journal is not None and self.name is not None:
             self.journal.remove(self.name)
             self.name = None
+        attached, self.attached = self.attached, None
+        if self.journal is not None and attached is not None:
+            try:
+                _claims.release(self.journal, attached, gone=gone)
+            except OSError as exc:  # a claim of an ended process holds nothing
+                log.warning(
+                    "the lease journal at %s could not be updated: %s", self.journal.path, exc
+                )
 
 
 def make(
