@@ -64,6 +64,7 @@ class Attached:
     live holders it shares the sandbox with."""
 
     sandbox_id: str
+    base_url: str
     token: str
     taken: tuple[str, ...]
     holders: tuple[int, ...]
@@ -115,15 +116,16 @@ def claim(journal: Journal, sandbox_id: str, base_url: str) -> Attached:
                 same.append(e)
                 holders.add(e.pid)
         mine = Claim(sandbox_id, base_url, "attach")
-        done = Attached(sandbox_id, mine.token, tuple(taken), tuple(sorted(holders)))
+        done = Attached(sandbox_id, base_url, mine.token, tuple(taken), tuple(sorted(holders)))
         return same, [*raw, attrs.asdict(mine)], done
 
     return journal.transact(change)
 
 
 def release(journal: Journal, attached: Attached, *, gone: bool) -> None:
-    """The attached lease closed: drop its claim; if the sandbox is ``gone``, the entries it
-    took too (kept or paused, they stay this process's: a sweep leaves them while it lives).
+    """The attached lease closed: drop its claim; if the sandbox is ``gone``, the entries
+    naming it too (kept or paused, the entries it took stay this process's: a sweep
+    leaves them while it lives).
 
     Raises:
         OSError: the journal could not be updated.
@@ -132,11 +134,21 @@ def release(journal: Journal, attached: Attached, *, gone: bool) -> None:
     def change(entries: list[Entry], raw: list[Any]) -> Change[None]:
         raw, _ = _live(raw)
         raw = [c for c in raw if not (isinstance(c, dict) and c.get("token") == attached.token)]
-        if gone:
-            entries = [e for e in entries if e.name not in attached.taken]
+        if gone:  # every entry naming it, but those another live process holds
+            entries = [e for e in entries if not _forgotten_with(e, attached)]
         return entries, raw, None
 
     journal.transact(change)
+
+
+def _forgotten_with(entry: Entry, attached: Attached) -> bool:
+    """Whether ``entry`` goes once ``attached``'s sandbox is destroyed: it names that
+    sandbox, and no other live process holds it (that one forgets its own)."""
+    if entry.sandbox_id != attached.sandbox_id:
+        return False
+    if service_key(entry.base_url) != service_key(attached.base_url):
+        return False
+    return entry.pid == os.getpid() or entry.owner_alive() is False
 
 
 def begin_reap(
