@@ -30,12 +30,10 @@ lives, which would block every other writer until the child exits.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
 import re
-import secrets
 import socket
 import threading
 import time
@@ -48,6 +46,7 @@ import attrs
 from .._wire.server_text import ID
 from ..config import STATE_DIR_ENV, private_dir, private_file, state_dir
 from ..errors import ConfigError
+from . import journal_files as _files
 
 log = logging.getLogger("createos_sync.journal")
 
@@ -60,17 +59,11 @@ FILE_NAME = "leases.json"
 SET_ASIDE_PREFIX = FILE_NAME + ".unreadable-"
 # A live holder of the journal's lock for this long is stuck (stopped, deadlocked): give up.
 LOCK_PATIENCE = 10.0
-LOCK_POLL = 0.02
 _OFF = frozenset({"off", "0", "false", "no"})
 _ON = frozenset({"", "on", "1", "true", "yes"})
 # A lease name cut off mid-entry in a damaged file: enough to look the sandbox up.
 _PARTIAL_NAME = re.compile(r'"name"\s*:\s*"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})"')
 _PARTIAL_ID = re.compile(r'"sandbox_id"\s*:\s*"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})"')
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: single-writer best effort
-    fcntl = None  # type: ignore[assignment]
 
 # Record locks belong to the process, not the thread: threads take this one too.
 _threads = threading.Lock()
@@ -112,6 +105,7 @@ class Entry:
     base_url: str
     sandbox_id: str | None = None
     fork_from: str | None = None  # a fork's source: the service takes no name on a fork
+    networks: tuple[str, ...] = ()  # networks the lease made: deleted with its sandbox
     pid: int = attrs.field(factory=os.getpid)
     process_start: str | None = attrs.field(factory=lambda: _process_start(os.getpid()))
     host: str = attrs.field(factory=socket.gethostname)
@@ -202,6 +196,26 @@ class Journal:
             ]
         )
 
+    def add_network(self, name: str, network_id: str) -> None:
+        """Record a network the lease ``name`` made (best effort, as ``set_sandbox``)."""
+        self._try_update(
+            lambda entries: [
+                attrs.evolve(e, networks=(*e.networks, network_id)) if e.name == name else e
+                for e in entries
+            ]
+        )
+
+    def drop_network(self, name: str, network_id: str) -> None:
+        """Forget a network of the lease ``name`` once it is deleted."""
+        self._try_update(
+            lambda entries: [
+                attrs.evolve(e, networks=tuple(n for n in e.networks if n != network_id))
+                if e.name == name
+                else e
+                for e in entries
+            ]
+        )
+
     def remove(self, name: str) -> None:
         self._try_update(lambda entries: [e for e in entries if e.name != name])
 
@@ -247,8 +261,8 @@ class Journal:
         private_dir(self.directory)
         lock_file = private_file(self.directory / (FILE_NAME + ".lock"), os.O_WRONLY | os.O_CREAT)
         with _threads, os.fdopen(lock_file, "w") as lock:
-            if fcntl is not None:
-                _wait_for_lock(lock.fileno(), self.patience)
+            if _files.fcntl is not None:
+                _files.wait_for_lock(lock.fileno(), self.patience)
             yield
 
     def _read(self) -> _Document:
@@ -323,11 +337,11 @@ class Journal:
     def _write(self, entries: list[Entry], kept: list[Any], claims: Sequence[Any] = ()) -> None:
         document: dict[str, Any] = {
             "version": 1,
-            "leases": [*(attrs.asdict(e) for e in entries), *kept],
+            "leases": [*(_item(e) for e in entries), *kept],
         }
         if claims:
             document["claims"] = list(claims)
-        fd, temporary = _new_private_file(self.directory)
+        fd, temporary = _files.new_private_file(self.directory)
         try:
             with os.fdopen(fd, "w") as handle:
                 json.dump(document, handle, indent=1)
@@ -335,6 +349,16 @@ class Journal:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+
+
+def _item(entry: Entry) -> dict[str, Any]:
+    """An entry as written: ``networks`` only when it has some (most have none)."""
+    item = attrs.asdict(entry)
+    if not entry.networks:
+        del item["networks"]
+    else:
+        item["networks"] = list(entry.networks)
+    return item
 
 
 def _sort(items: list[Any], source: Path) -> _Document:
@@ -394,7 +418,12 @@ def _salvage(text: str, source: Path) -> _Document:
 
 
 def _flat(item: dict[str, Any]) -> bool:
-    return not any(isinstance(value, (dict, list)) for value in item.values())
+    """An entry's shape: scalars, and lists of strings (its ``networks``)."""
+    return not any(
+        isinstance(value, dict)
+        or (isinstance(value, list) and not all(isinstance(v, str) for v in value))
+        for value in item.values()
+    )
 
 
 def _text(value: object, what: str, *, pattern: re.Pattern[str] | None = None) -> str:
@@ -418,6 +447,10 @@ def _entry(item: Any) -> Entry:
         _text(fork_from, "fork_from", pattern=ID)
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         raise ValueError("pid is not a positive integer")
+    networks = item.get("networks", [])
+    if not isinstance(networks, list):
+        raise ValueError("networks is not a list")
+    networks = [_text(n, "a network id", pattern=ID) for n in networks]
     start, created = item.get("process_start"), item.get("created_at", 0.0)
     if start is not None and not isinstance(start, str):
         raise ValueError("process_start is not a str")
@@ -428,51 +461,9 @@ def _entry(item: Any) -> Entry:
         base_url=_text(item.get("base_url"), "base_url"),
         sandbox_id=sandbox_id,
         fork_from=fork_from,
+        networks=tuple(networks),
         pid=pid,
         process_start=start,
         host=_text(item.get("host"), "host"),
         created_at=float(created),
     )
-
-
-def _wait_for_lock(fd: int, patience: float) -> None:
-    """Take the record lock, waiting at most ``patience`` seconds.
-
-    A holder that died released it (the kernel drops record locks); one that
-    is alive but stopped (SIGSTOP, a debugger) must not block every other
-    process's ``open()`` and ``close()`` for ever: past the patience this is an
-    ``OSError``, which ``add`` turns into a refusal to create and the other
-    updates into a warning (the entry stays for ``reap``).
-    """
-    ends = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                raise
-        if time.monotonic() >= ends:
-            raise BlockingIOError(
-                errno.EAGAIN,
-                f"its lock was held by another process for more than {patience:g} s",
-            )
-        time.sleep(LOCK_POLL)
-
-
-def _new_private_file(directory: Path) -> tuple[int, str]:
-    """A new file only we can read, beside the journal, open for writing (as ``mkstemp``).
-
-    Not ``tempfile``: its first use in a process takes a module lock outside the
-    ``try`` that releases it, so a Ctrl-C landing there (a journal write lets
-    interrupts act: see ``Record.add``) leaves the lock held, and the next write,
-    the failed ``open()`` forgetting its entry, waited on it for ever, holding the
-    journal's record lock, which then blocked every other process's leases too.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        path = str(directory / f".leases.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(path, flags, 0o600), path
-        except FileExistsError:
-            continue

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from .._resources import networks as _networks
 from .._wire.deadline import Deadline
 from ..config import service_key
 from ..errors import CreateosError
@@ -115,9 +116,15 @@ def reap(
     reported as ``"unreadable"`` (with the sandbox of that name, if one
     exists) and kept for a human; every other entry is still reaped.
 
+    The private networks a lease made (``box.create_network``) are journaled
+    with its sandbox: once the sandbox is destroyed, they are deleted too (a
+    failure keeps the entry, for the next reap).
+
     Request budget: one listing (only if an entry lacks its sandbox id, shared
-    by all of them) plus one destroy per sandbox found; for a fork's entry,
-    1 marker read per unclaimed fork of its source (each read once).
+    by all of them) plus one destroy per sandbox found, and one delete per
+    network the lease made (plus one per "in use" answer, for up to 30 s);
+    for a fork's entry, 1 marker read per unclaimed fork of its source (each
+    read once).
     """
     journal = journal if journal is not None else Journal()
     return _reap(client, journal, dry_run=dry_run, everything=all, confirm=confirm, spare=None)
@@ -317,20 +324,37 @@ def _reap_entry(
         return Reaped(
             entry.name, "failed", f"{why}; the lease journal could not be updated ({exc})"
         )
-    failures = []
+    failures: list[str] = []
     try:
         for sandbox_id in sandbox_ids:
             try:
                 client.destroy(sandbox_id)
             except CreateosError as exc:
                 failures.append(f"{sandbox_id}: {exc}")
+        if not failures:  # its members gone: the networks the lease made
+            failures += _delete_networks(client, entry)
     finally:
         _end_reap(journal, entry, token, destroyed=not failures)
+    if not failures and entry.networks:
+        why += f"; network {', '.join(entry.networks)} deleted"
     if failures:
         return Reaped(
             entry.name, "failed", f"{why}; destroying failed ({'; '.join(failures)})", sandbox_ids
         )
     return Reaped(entry.name, "destroyed", why, sandbox_ids)
+
+
+def _delete_networks(client: Client, entry: Entry) -> list[str]:
+    """Delete the networks the entry's lease made (1 request each, plus 1 per "in use"
+    answer); what could not be, in words. One the service does not know is gone."""
+    failures = []
+    for network_id in entry.networks:
+        deadline = Deadline.after(client.transport.config.cleanup_timeout)
+        try:
+            _networks.delete(client.transport, network_id, deadline, client.sleep)
+        except CreateosError as exc:
+            failures.append(f"network {network_id}: {exc}")
+    return failures
 
 
 def _end_reap(journal: Journal, entry: Entry, token: str, *, destroyed: bool) -> None:

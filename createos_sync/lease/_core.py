@@ -93,7 +93,8 @@ class LeaseCore(Containment):
         self._pending_failure: CreateosCleanupError | None = None
         self._settled = False  # destroyed, or left as on_exit asked: nothing to name
         self._opened_at: float | None = None
-        self._attached = Attachments()  # disks, networks, a token: let go of at close
+        # disks, networks, a token: let go of at close (a made network also leaves the journal)
+        self._attached = Attachments(deleted=self._record.network_deleted)
 
     @property
     def options(self) -> LeaseOptions:

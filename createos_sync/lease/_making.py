@@ -49,6 +49,8 @@ class Record:
         self.name: str | None = None
         self.made_id: str | None = None
         self.attached: _claims.Attached | None = None  # an attach's claim (``claim``)
+        self.networks: set[str] = set()  # made by the lease, not yet deleted
+        self.sandbox_gone = False
 
     def claim(self, sandbox_id: str, base_url: str) -> None:
         """An attach: claim the sandbox before any request, so no sweep destroys it
@@ -96,13 +98,32 @@ class Record:
         if self.journal is not None and self.name is not None:
             self.journal.set_sandbox(self.name, sandbox_id)
 
+    def network_made(self, network_id: str) -> None:
+        """A network the lease made: journaled with its sandbox, for ``reap`` to delete."""
+        if self.journal is not None and self.name is not None:
+            self.networks.add(network_id)
+            self.journal.add_network(self.name, network_id)
+
+    def network_deleted(self, network_id: str) -> None:
+        """Deleted at close: forgotten; the entry with it, once the sandbox is gone too."""
+        self.networks.discard(network_id)
+        if self.journal is not None and self.name is not None:
+            if self.sandbox_gone and not self.networks:
+                self.journal.remove(self.name)
+                self.name = None
+            else:
+                self.journal.drop_network(self.name, network_id)
+
     def forget(self, *, gone: bool = True) -> None:
         """The sandbox is destroyed (``gone``) or left: its entry (and claim) go.
 
-        An attach's claim is dropped; the entries it took go only with the sandbox
+        An entry with networks still to delete stays until they are
+        (``network_deleted``): a crash meanwhile leaves them to ``reap``. An
+        attach's claim is dropped; the entries it took go only with the sandbox
         (kept or paused, they stay this process's: ``claims.release``).
         """
-        if self.journal is not None and self.name is not None:
+        self.sandbox_gone = gone
+        if self.journal is not None and self.name is not None and not (gone and self.networks):
             self.journal.remove(self.name)
             self.name = None
         attached, self.attached = self.attached, None
