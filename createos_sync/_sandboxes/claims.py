@@ -123,9 +123,10 @@ def claim(journal: Journal, sandbox_id: str, base_url: str) -> Attached:
 
 
 def release(journal: Journal, attached: Attached, *, gone: bool) -> None:
-    """The attached lease closed: drop its claim; if the sandbox is ``gone``, the entries
-    naming it too (kept or paused, the entries it took stay this process's: a sweep
-    leaves them while it lives).
+    """The attached lease closed: drop its claim; if the sandbox is ``gone`` (destroyed,
+    or deliberately kept: ``on_exit`` given), the entries naming it too, but those of
+    another live process. Left by an attach's default, the entries it took stay this
+    process's: a sweep leaves them while it lives.
 
     Raises:
         OSError: the journal could not be updated.

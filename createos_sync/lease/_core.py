@@ -81,6 +81,7 @@ class LeaseCore(Containment):
             else None
         )
         self._on_exit: OnExit = options.effective_on_exit
+        self._on_exit_chosen = options.on_exit is not None  # else the default (attach: keep)
         self._lock = threading.RLock()
         self._state = "new"  # new -> opening -> open -> closing -> closed
         self._closed_event = threading.Event()
@@ -316,7 +317,7 @@ class LeaseCore(Containment):
     def _close(self, fresh_session: bool, on_exit: OnExit | None) -> None:
         with self._lock:
             if on_exit is not None and self._state in ("opening", "open"):
-                self._on_exit = on_exit
+                self._on_exit, self._on_exit_chosen = on_exit, True
             pending, self._pending_failure = self._pending_failure, None
             state = self._state
             if state in ("new", "closed"):

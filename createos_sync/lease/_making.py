@@ -114,13 +114,14 @@ class Record:
             else:
                 self.journal.drop_network(self.name, network_id)
 
-    def forget(self, *, gone: bool = True) -> None:
+    def forget(self, *, gone: bool = True, kept: bool = False) -> None:
         """The sandbox is destroyed (``gone``) or left: its entry (and claim) go.
 
         An entry with networks still to delete stays until they are
         (``network_deleted``): a crash meanwhile leaves them to ``reap``. An
-        attach's claim is dropped; the entries it took go only with the sandbox
-        (kept or paused, they stay this process's: ``claims.release``).
+        attach's claim is dropped; the entries naming its sandbox go with the
+        sandbox, or when it is ``kept`` as asked (``on_exit`` given); left by
+        an attach's default, they stay this process's (``claims.release``).
         """
         self.sandbox_gone = gone
         if self.journal is not None and self.name is not None and not (gone and self.networks):
@@ -129,7 +130,7 @@ class Record:
         attached, self.attached = self.attached, None
         if self.journal is not None and attached is not None:
             try:
-                _claims.release(self.journal, attached, gone=gone)
+                _claims.release(self.journal, attached, gone=gone or kept)
             except OSError as exc:  # a claim of an ended process holds nothing
                 log.warning(
                     "the lease journal at %s could not be updated: %s", self.journal.path, exc

@@ -52,11 +52,12 @@ def watched(*args):
         swept.set()
 reap_module._sweep = watched
 sandbox_id, process_id = sys.argv[1:3]
-box = cs.lease(sandbox_id=sandbox_id, on_exit=sys.argv[3]).open()
+on_exit = None if sys.argv[3] == "default" else sys.argv[3]
+box = cs.lease(sandbox_id=sandbox_id, on_exit=on_exit).open()
 assert swept.wait(60), "the auto-reap never ran"
 print(box.process(process_id).running, box.read_file("/tmp/notes.txt").decode(), flush=True)
 print(box.run("echo hi").stdout.strip(), flush=True)
-if sys.argv[3] == "keep":
+if on_exit != "destroy":
     box.close()
     print("closed", flush=True)
     time.sleep(1000)  # lives on, as a kernel does, until the test kills it
@@ -236,13 +237,14 @@ def test_the_notebook_story_a_killed_kernel_then_a_new_one_reattaching_by_id(
 def test_a_sweep_of_another_process_leaves_what_a_live_kernel_reattached_to(
     emulator: Emulator, client: cs.Client, sweeps: threading.Event
 ) -> None:
-    """The new kernel attached (and closed with keep, its default) and still runs: a fresh
-    lease elsewhere, and ``reap`` by hand, leave its sandbox; once it dies, reap takes it."""
+    """The new kernel attached (and closed with keep, an attach's default) and still runs: a
+    fresh lease elsewhere, and ``reap`` by hand, leave its sandbox; once it dies, reap takes
+    it. With ``on_exit="keep"`` given, the kernel keeps it for good: no reap takes it."""
     kernel, sandbox_id, process_id = _kernel(emulator)
     kernel.send_signal(signal.SIGKILL)
     finish(kernel)
     env = emulator_env(emulator, CREATEOS_SYNC_AUTO_REAP="on")
-    argv = [sys.executable, "-c", NEXT_KERNEL, sandbox_id, process_id, "keep"]
+    argv = [sys.executable, "-c", NEXT_KERNEL, sandbox_id, process_id, "default"]
     second = spawn(argv, env)
     try:
         assert b"closed" in read_until(second, b"closed\n")
@@ -256,6 +258,20 @@ def test_a_sweep_of_another_process_leaves_what_a_live_kernel_reattached_to(
         finish(second)
     (destroyed,) = reap(client)
     assert destroyed.action == "destroyed" and destroyed.sandbox_ids == (sandbox_id,)
+
+    kernel, sandbox_id, process_id = _kernel(emulator)
+    kernel.send_signal(signal.SIGKILL)
+    finish(kernel)
+    argv = [sys.executable, "-c", NEXT_KERNEL, sandbox_id, process_id, "keep"]
+    second = spawn(argv, env)
+    try:
+        assert b"closed" in read_until(second, b"closed\n")
+    finally:
+        second.kill()
+        finish(second)
+    assert Journal().entries() == [] and reap(client) == []  # adopted: no reap takes it
+    assert sandbox_id in emulator.live_sandboxes()
+    client.destroy(sandbox_id)
 
 
 def test_reattaching_to_a_sandbox_whose_holder_is_alive_shares_it(
@@ -289,3 +305,21 @@ def test_reattaching_to_a_sandbox_whose_holder_is_alive_shares_it(
     finally:
         holder.kill()
         finish(holder)
+
+
+def test_the_cli_shell_naming_a_crashed_scripts_sandbox_keeps_it_from_its_own_sweep(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    """``createos-sync shell SANDBOX_ID`` attaches through a lease: it claims first."""
+    from .test_shell import at_prompt, finished
+    from .test_shell import spawn as on_a_terminal
+
+    sandbox_id = _orphaned(client)
+    env = emulator_env(emulator, TERM="xterm", CREATEOS_SYNC_AUTO_REAP="on")
+    child = on_a_terminal(["shell", sandbox_id], env)
+    at_prompt(child)
+    child.send("sleep 2; cat /tmp/notes.txt; echo; exit\r")  # the sweep had 0.5 s in the issue
+    child.expect_exact("still here")
+    assert finished(child) == 0
+    assert sandbox_id in emulator.live_sandboxes()
+    client.destroy(sandbox_id)
