@@ -261,8 +261,7 @@ class Journal:
         private_dir(self.directory)
         lock_file = private_file(self.directory / (FILE_NAME + ".lock"), os.O_WRONLY | os.O_CREAT)
         with _threads, os.fdopen(lock_file, "w") as lock:
-            if _files.fcntl is not None:
-                _files.wait_for_lock(lock.fileno(), self.patience)
+            _files.wait_for_lock(lock.fileno(), self.patience)
             yield
 
     def _read(self) -> _Document:

@@ -29,6 +29,8 @@ def wait_for_lock(fd: int, patience: float) -> None:
     ``OSError``, which ``add`` turns into a refusal to create and the other
     updates into a warning (the entry stays for ``reap``).
     """
+    if fcntl is None:  # pragma: no cover - Windows: single-writer best effort
+        return
     ends = time.monotonic() + patience
     while True:
         try:
