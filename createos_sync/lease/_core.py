@@ -148,7 +148,11 @@ class LeaseCore(Containment):
         The sandbox is recorded in the lease journal before it is asked for:
         if the journal cannot be written, nothing is created (``ConfigError``)
         unless the lease was made with ``journal=False`` (or
-        ``CREATEOS_SYNC_JOURNAL=off``).
+        ``CREATEOS_SYNC_JOURNAL=off``). An attach (``sandbox_id=``) claims its
+        sandbox in the journal first (no request): no reap of this machine
+        destroys it while the lease holds it, and the entries of a dead owner
+        (a crashed kernel) pass to this process (``_sandboxes.claims``); one a
+        reap is destroying at that moment raises ``SandboxUnavailable``.
 
         Raises:
             LeaseClosed: the lease was already closed, or was closed meanwhile.

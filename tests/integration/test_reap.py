@@ -384,7 +384,14 @@ def test_reap_deletes_the_network_a_killed_lease_made(
     assert entry.networks == (network_id,)
     owner.send_signal(signal.SIGKILL)
     finish(owner)
+    logged = len(emulator.request_log)
     (outcome,) = reap(client)
+    requests = [(r.path, r.status) for r in emulator.request_log[logged:]]
+    # the budget: 1 destroy, 1 network delete, plus 1 per "in use" (409) answer before it
+    assert requests[0][0] == f"/v1/sandboxes/{sandbox_id}", requests
+    deletes = requests[1:]
+    assert {path for path, _ in deletes} == {f"/v1/networks/{network_id}"}, requests
+    assert [status for _, status in deletes] == [409] * (len(deletes) - 1) + [200], requests
     assert outcome.action == "destroyed", outcome.describe()
     assert outcome.reason.endswith(f"; network {network_id} deleted")
     assert network_id not in {n.id for n in client.networks()}
