@@ -215,10 +215,11 @@ def end_reap(journal: Journal, entry: Entry, token: str, *, destroyed: bool) -> 
 
 
 def attached(journal: Journal, base_url: str) -> dict[str, tuple[int, ...]]:
-    """The pids of the live leases attached to each sandbox of ``base_url``'s service."""
+    """The pids of the live leases attached to each sandbox of ``base_url``'s service
+    (a read: nothing is written, not even the pruning of dead claims)."""
 
     def change(entries: list[Entry], raw: list[Any]) -> Change[dict[str, tuple[int, ...]]]:
-        raw, live = _live(raw)
+        _, live = _live(raw)
         holders: dict[str, set[int]] = {}
         for c in live:
             if c.purpose == "attach" and service_key(c.base_url) == service_key(base_url):
