@@ -239,6 +239,8 @@ class Client:
             ValueError, TypeError: an invalid name (``[a-z0-9][a-z0-9-]{0,62}``), bucket,
                 endpoint, region or key, before any request (a key's value is never shown).
         """
+        # Masked at once: a traceback rendered with its locals shows this frame's too.
+        access_key, secret_key = _disks.masked(access_key, secret_key)
         body = _disks.registration(
             name, bucket=bucket, endpoint=endpoint, access_key=access_key,
             secret_key=secret_key, region=region, path_style=path_style,
@@ -263,6 +265,7 @@ class Client:
     ) -> Disk:
         """Replace the stored ``access_key`` and ``secret_key`` of disk ``id_or_name``
         (1 request; the keys are never kept or shown)."""
+        access_key, secret_key = _disks.masked(access_key, secret_key)  # as in create_disk
         key = _disks.ref_key(_disks.check_ref(id_or_name))
         keys = _disks.credentials(access_key, secret_key)
         answer = _api.rotate_disk_credentials(self.transport, key, keys, self._deadline())

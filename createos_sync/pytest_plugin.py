@@ -12,7 +12,7 @@ marker, and nothing runs, starts or is sent otherwise.
   ``--createos=live`` a ``Client()`` of the real service, from the environment.
 - ``createos_lease`` (function): an open lease on ``createos_client``, closed
   after the test (options from ``@pytest.mark.createos_lease(...)``); a
-  ``CreateosCleanupError`` at close fails the test with its message.
+  ``CreateosCleanupError`` at close fails the test with its class and message.
 
 The leak check: when a collected test uses one of the fixtures, every lease
 opened in the session from then on is recorded. At the end (the teardown of
@@ -179,11 +179,12 @@ def createos_lease(createos_client: Client, request: pytest.FixtureRequest) -> I
 
 @contextlib.contextmanager
 def _cleanup_errors_fail() -> Iterator[None]:
-    """A ``CreateosCleanupError`` fails the test with its message (no traceback to wade through)."""
+    """A ``CreateosCleanupError`` fails the test with its class and message, as pytest
+    shows an exception (the class is what users search for), without the traceback."""
     try:
         yield
     except CreateosCleanupError as exc:
-        pytest.fail(f"createos_lease: {exc}", pytrace=False)
+        pytest.fail(f"createos_lease: {type(exc).__name__}: {exc}", pytrace=False)
 
 
 @attrs.frozen

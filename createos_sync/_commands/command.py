@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from .._wire.server_text import no_surrogates
+
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 SHELL = "/bin/bash"
 # Linux refuses any single argument longer than MAX_ARG_STRLEN (128 KiB).
@@ -217,5 +219,7 @@ def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _no_nul(text: str, what: str) -> None:
+    """Text a command may carry: no NUL, and valid Unicode (``checks.no_surrogates``)."""
     if "\0" in text:
         raise ValueError(f"{what} contains a NUL character")
+    no_surrogates(what, text)

@@ -47,6 +47,15 @@ def registration(
     }
 
 
+def masked(access_key: object, secret_key: object) -> tuple[Secret, Secret]:
+    """The keys as ``Secret`` values (repr ``'***'``), as the API key is held: a traceback
+    rendered with frame locals (``pytest -l``, rich, Sentry) shows them masked. A ``str``
+    is needed: anything else would be shown as it is."""
+    if not isinstance(access_key, str) or not isinstance(secret_key, str):
+        raise TypeError("access_key and secret_key must be str")
+    return Secret(access_key), Secret(secret_key)
+
+
 def credentials(access_key: str, secret_key: str) -> dict[str, str]:
     return {
         "access_key": Secret(checks.word("access_key", access_key, secret=True)),

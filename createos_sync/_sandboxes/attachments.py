@@ -43,6 +43,8 @@ class Attachments:
     made_networks: list[str] = attrs.Factory(list)  # deleted once the sandbox is destroyed
     token: bool = False
     lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
+    # Told of each made network deleted (the lease journal forgets it).
+    deleted: Callable[[str], None] = attrs.field(default=lambda network_id: None, repr=False)
 
     def add_disk(self, disk_id: str, mount_path: str) -> None:
         with self.lock:
@@ -117,6 +119,8 @@ class Attachments:
                 _networks.delete(box.transport, network_id, deadline, box.sleep)
             except CreateosError as exc:
                 failed.append(f"network {network_id}, made by the lease, was not deleted ({exc})")
+                continue
+            self.deleted(network_id)
         return failed
 
 

@@ -30,43 +30,40 @@ lives, which would block every other writer until the child exits.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
 import re
-import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from .._wire.server_text import ID
 from ..config import STATE_DIR_ENV, private_dir, private_file, state_dir
 from ..errors import ConfigError
+from . import journal_files as _files
 
 log = logging.getLogger("createos_sync.journal")
+
+T = TypeVar("T")
+# What a transaction returns: the new entries, the new claims, and its result.
+Change = tuple[list["Entry"], list[Any], T]
 
 JOURNAL_ENV = "CREATEOS_SYNC_JOURNAL"
 FILE_NAME = "leases.json"
 SET_ASIDE_PREFIX = FILE_NAME + ".unreadable-"
 # A live holder of the journal's lock for this long is stuck (stopped, deadlocked): give up.
 LOCK_PATIENCE = 10.0
-LOCK_POLL = 0.02
 _OFF = frozenset({"off", "0", "false", "no"})
 _ON = frozenset({"", "on", "1", "true", "yes"})
 # A lease name cut off mid-entry in a damaged file: enough to look the sandbox up.
 _PARTIAL_NAME = re.compile(r'"name"\s*:\s*"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})"')
 _PARTIAL_ID = re.compile(r'"sandbox_id"\s*:\s*"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})"')
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: single-writer best effort
-    fcntl = None  # type: ignore[assignment]
 
 # Record locks belong to the process, not the thread: threads take this one too.
 _threads = threading.Lock()
@@ -108,6 +105,7 @@ class Entry:
     base_url: str
     sandbox_id: str | None = None
     fork_from: str | None = None  # a fork's source: the service takes no name on a fork
+    networks: tuple[str, ...] = ()  # networks the lease made: deleted with its sandbox
     pid: int = attrs.field(factory=os.getpid)
     process_start: str | None = attrs.field(factory=lambda: _process_start(os.getpid()))
     host: str = attrs.field(factory=socket.gethostname)
@@ -115,16 +113,29 @@ class Entry:
 
     def owner_alive(self) -> bool | None:
         """Whether the owning process still runs; None if that cannot be told from here."""
-        if self.host != socket.gethostname():
-            return None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        start = _process_start(self.pid)
-        return start is None or self.process_start is None or start == self.process_start
+        return process_alive(self.pid, self.process_start, self.host)
+
+    def taken(self) -> Entry:
+        """This entry, passed to this process (a lease attaching to its sandbox)."""
+        me = os.getpid()
+        return attrs.evolve(
+            self, pid=me, process_start=_process_start(me), host=socket.gethostname()
+        )
+
+
+def process_alive(pid: int, process_start: str | None, host: str) -> bool | None:
+    """Whether process ``pid`` (started at ``process_start``) of ``host`` still runs;
+    None if that cannot be told from here (another host)."""
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = _process_start(pid)
+    return start is None or process_start is None or start == process_start
 
 
 @attrs.frozen
@@ -150,6 +161,7 @@ class _Document:
     entries: list[Entry]
     kept: list[Any]  # items that are not valid entries, written back untouched
     unreadable: list[Unreadable]
+    claims: list[Any] = attrs.field(factory=list)  # see ``claims``: written back as they are
 
 
 class Journal:
@@ -184,6 +196,26 @@ class Journal:
             ]
         )
 
+    def add_network(self, name: str, network_id: str) -> None:
+        """Record a network the lease ``name`` made (best effort, as ``set_sandbox``)."""
+        self._try_update(
+            lambda entries: [
+                attrs.evolve(e, networks=(*e.networks, network_id)) if e.name == name else e
+                for e in entries
+            ]
+        )
+
+    def drop_network(self, name: str, network_id: str) -> None:
+        """Forget a network of the lease ``name`` once it is deleted."""
+        self._try_update(
+            lambda entries: [
+                attrs.evolve(e, networks=tuple(n for n in e.networks if n != network_id))
+                if e.name == name
+                else e
+                for e in entries
+            ]
+        )
+
     def remove(self, name: str) -> None:
         self._try_update(lambda entries: [e for e in entries if e.name != name])
 
@@ -208,15 +240,28 @@ class Journal:
     def _update(self, change: Callable[[list[Entry]], list[Entry]]) -> None:
         with self._locked():
             document = self._read()
-            self._write(change(document.entries), document.kept)
+            self._write(change(document.entries), document.kept, document.claims)
+
+    def transact(self, change: Callable[[list[Entry], list[Any]], Change[T]]) -> T:
+        """One locked read-modify-write of the entries and the claims (see ``claims``):
+        ``change`` returns the new entries, the new claims and what to return.
+
+        Raises:
+            OSError: the journal could not be locked, read or written.
+        """
+        with self._locked():
+            document = self._read()
+            entries, claims, result = change(list(document.entries), list(document.claims))
+            if entries != document.entries or claims != document.claims:
+                self._write(entries, document.kept, claims)
+            return result
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         private_dir(self.directory)
         lock_file = private_file(self.directory / (FILE_NAME + ".lock"), os.O_WRONLY | os.O_CREAT)
         with _threads, os.fdopen(lock_file, "w") as lock:
-            if fcntl is not None:
-                _wait_for_lock(lock.fileno(), self.patience)
+            _files.wait_for_lock(lock.fileno(), self.patience)
             yield
 
     def _read(self) -> _Document:
@@ -233,7 +278,10 @@ class Journal:
         items = document.get("leases") if isinstance(document, dict) else None
         if not isinstance(items, list):
             return self._set_aside(raw, "not a journal document")
-        return _sort(items, self.path)
+        claims = document.get("claims")
+        return attrs.evolve(
+            _sort(items, self.path), claims=claims if isinstance(claims, list) else []
+        )
 
     def _set_aside(self, raw: bytes, why: str) -> _Document:
         """Keep an unparseable file under a new name; salvage its readable entries."""
@@ -285,9 +333,14 @@ class Journal:
             for path in sorted(self.directory.glob(SET_ASIDE_PREFIX + "*"))
         ]
 
-    def _write(self, entries: list[Entry], kept: list[Any]) -> None:
-        document = {"version": 1, "leases": [*(attrs.asdict(e) for e in entries), *kept]}
-        fd, temporary = _new_private_file(self.directory)
+    def _write(self, entries: list[Entry], kept: list[Any], claims: Sequence[Any] = ()) -> None:
+        document: dict[str, Any] = {
+            "version": 1,
+            "leases": [*(_item(e) for e in entries), *kept],
+        }
+        if claims:
+            document["claims"] = list(claims)
+        fd, temporary = _files.new_private_file(self.directory)
         try:
             with os.fdopen(fd, "w") as handle:
                 json.dump(document, handle, indent=1)
@@ -295,6 +348,16 @@ class Journal:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+
+
+def _item(entry: Entry) -> dict[str, Any]:
+    """An entry as written: ``networks`` only when it has some (most have none)."""
+    item = attrs.asdict(entry)
+    if not entry.networks:
+        del item["networks"]
+    else:
+        item["networks"] = list(entry.networks)
+    return item
 
 
 def _sort(items: list[Any], source: Path) -> _Document:
@@ -354,7 +417,12 @@ def _salvage(text: str, source: Path) -> _Document:
 
 
 def _flat(item: dict[str, Any]) -> bool:
-    return not any(isinstance(value, (dict, list)) for value in item.values())
+    """An entry's shape: scalars, and lists of strings (its ``networks``)."""
+    return not any(
+        isinstance(value, dict)
+        or (isinstance(value, list) and not all(isinstance(v, str) for v in value))
+        for value in item.values()
+    )
 
 
 def _text(value: object, what: str, *, pattern: re.Pattern[str] | None = None) -> str:
@@ -378,6 +446,10 @@ def _entry(item: Any) -> Entry:
         _text(fork_from, "fork_from", pattern=ID)
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         raise ValueError("pid is not a positive integer")
+    networks = item.get("networks", [])
+    if not isinstance(networks, list):
+        raise ValueError("networks is not a list")
+    networks = [_text(n, "a network id", pattern=ID) for n in networks]
     start, created = item.get("process_start"), item.get("created_at", 0.0)
     if start is not None and not isinstance(start, str):
         raise ValueError("process_start is not a str")
@@ -388,51 +460,9 @@ def _entry(item: Any) -> Entry:
         base_url=_text(item.get("base_url"), "base_url"),
         sandbox_id=sandbox_id,
         fork_from=fork_from,
+        networks=tuple(networks),
         pid=pid,
         process_start=start,
         host=_text(item.get("host"), "host"),
         created_at=float(created),
     )
-
-
-def _wait_for_lock(fd: int, patience: float) -> None:
-    """Take the record lock, waiting at most ``patience`` seconds.
-
-    A holder that died released it (the kernel drops record locks); one that
-    is alive but stopped (SIGSTOP, a debugger) must not block every other
-    process's ``open()`` and ``close()`` for ever: past the patience this is an
-    ``OSError``, which ``add`` turns into a refusal to create and the other
-    updates into a warning (the entry stays for ``reap``).
-    """
-    ends = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                raise
-        if time.monotonic() >= ends:
-            raise BlockingIOError(
-                errno.EAGAIN,
-                f"its lock was held by another process for more than {patience:g} s",
-            )
-        time.sleep(LOCK_POLL)
-
-
-def _new_private_file(directory: Path) -> tuple[int, str]:
-    """A new file only we can read, beside the journal, open for writing (as ``mkstemp``).
-
-    Not ``tempfile``: its first use in a process takes a module lock outside the
-    ``try`` that releases it, so a Ctrl-C landing there (a journal write lets
-    interrupts act: see ``Record.add``) leaves the lock held, and the next write,
-    the failed ``open()`` forgetting its entry, waited on it for ever, holding the
-    journal's record lock, which then blocked every other process's leases too.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        path = str(directory / f".leases.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(path, flags, 0o600), path
-        except FileExistsError:
-            continue

@@ -31,11 +31,13 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from .._resources import networks as _networks
 from .._wire.deadline import Deadline
 from ..config import service_key
 from ..errors import CreateosError
 from ..network import is_loopback
 from . import background as _background
+from . import claims as _claims
 from .fork import candidates, read_marker
 from .journal import Entry, Journal, Unreadable
 
@@ -102,17 +104,45 @@ def reap(
     process's open leases included), each only if ``confirm(entry)`` says
     yes when ``confirm`` is given (the CLI asks for the owner's pid).
 
+    A sandbox that a live lease attached to (``sandbox_id=``: a kernel that
+    reattached after a crash) is left, and the outcome names that lease's
+    process, even if the entry's owner died; ``all=True`` takes it too,
+    each attached process confirmed as an owner is. Each destroy is decided
+    under the journal's lock (``_sandboxes.claims``): an attach that claimed
+    the sandbox after this reap read the journal still wins, and an attach
+    arriving while the destroy is under way is refused.
+
     An entry that cannot be read, and a damaged journal file set aside, are
     reported as ``"unreadable"`` (with the sandbox of that name, if one
     exists) and kept for a human; every other entry is still reaped.
 
+    The private networks a lease made (``box.create_network``) are journaled
+    with its sandbox: once the sandbox is destroyed, they are deleted too (a
+    failure keeps the entry, for the next reap).
+
     Request budget: one listing (only if an entry lacks its sandbox id, shared
-    by all of them) plus one destroy per sandbox found; for a fork's entry,
-    1 marker read per unclaimed fork of its source (each read once).
+    by all of them) plus one destroy per sandbox found, and one delete per
+    network the lease made (plus one per "in use" answer, for up to 30 s);
+    for a fork's entry, 1 marker read per unclaimed fork of its source (each
+    read once).
     """
     journal = journal if journal is not None else Journal()
+    return _reap(client, journal, dry_run=dry_run, everything=all, confirm=confirm, spare=None)
+
+
+def _reap(
+    client: Client,
+    journal: Journal,
+    *,
+    dry_run: bool,
+    everything: bool,
+    confirm: Confirm | None,
+    spare: str | None,
+) -> list[Reaped]:
+    """``reap``; ``spare``: a sandbox the caller named (the sweep's lease attached to it)."""
     base_url = client.config.base_url
     survey = journal.survey()
+    holders = _claims.attached(journal, base_url)
     by_name = _NameLookup(client, {e.sandbox_id for e in survey.entries if e.sandbox_id})
     outcomes = []
     for entry in survey.entries:
@@ -123,25 +153,29 @@ def reap(
             if not dry_run:
                 journal.remove(entry.name)
             continue
-        skip = _reason_to_skip(entry, base_url, all, confirm)
+        skip = _reason_to_skip(entry, base_url, everything, confirm, holders, spare)
         if skip is not None:
             outcomes.append(Reaped(entry.name, "skipped", skip, _ids(entry)))
             continue
-        outcome = _reap_entry(client, entry, by_name, dry_run=dry_run)
-        if outcome.action in ("destroyed", "forgotten"):
+        outcome = _reap_entry(client, entry, by_name, journal, dry_run=dry_run, held_ok=everything)
+        if outcome.action == "forgotten":
             journal.remove(entry.name)
         outcomes.append(outcome)
     outcomes += [_unreadable(bad, by_name) for bad in survey.unreadable]
     return outcomes
 
 
-def sweep_in_background(client: Client, journal: Journal) -> None:
+def sweep_in_background(client: Client, journal: Journal, *, spare: str | None = None) -> None:
     """Once per process and service, when a lease opens: ``reap`` in the background.
 
     A crashed script's sandboxes (its owner is dead: SIGKILL, a crash, a
     creation cut before its ttl watchdog was armed) are gone by the next run,
     no command needed; live owners' and other hosts' entries are never
-    touched. Each outcome is logged at INFO (a failure at WARNING). Costs
+    touched, nor ``spare`` (the sandbox the opening lease attached to), nor a
+    sandbox a live lease of any process of this machine is attached to (see
+    ``_sandboxes.claims``: an attach claims before any sweep can act, and the
+    sweep re-checks each entry under the journal's lock before it destroys).
+    Each outcome is logged at INFO (what it left too; a failure at WARNING). Costs
     nothing when nothing is left; else what ``reap`` costs, paced with every
     other request. ``CREATEOS_SYNC_AUTO_REAP=off`` turns it off.
     """
@@ -153,13 +187,18 @@ def sweep_in_background(client: Client, journal: Journal) -> None:
             return
         _swept.add(key)
     _background.scheduler().call_later(
-        0.0, lambda: _sweep(client, journal), name="reap of dead owners' sandboxes", own_thread=True
+        0.0,
+        lambda: _sweep(client, journal, spare),
+        name="reap of dead owners' sandboxes",
+        own_thread=True,
     )
 
 
-def _sweep(client: Client, journal: Journal) -> None:
+def _sweep(client: Client, journal: Journal, spare: str | None) -> None:
     try:
-        outcomes = reap(client, journal=journal)
+        outcomes = _reap(
+            client, journal, dry_run=False, everything=False, confirm=None, spare=spare
+        )
     except Exception as exc:  # the client closed meanwhile, say: the entries stay for later
         log.warning("reaping the sandboxes of dead leases failed (%s): %s", type(exc).__name__, exc)
         return
@@ -168,22 +207,47 @@ def _sweep(client: Client, journal: Journal) -> None:
             log.info("reaped a dead lease's entry: %s", outcome.describe())
         elif outcome.action == "failed":
             log.warning("could not reap a dead lease's entry: %s", outcome.describe())
+        elif outcome.action == "skipped":
+            what = ", ".join(outcome.sandbox_ids) or f"(no sandbox) {outcome.name}"
+            log.info("the auto-reap left %s: %s", what, outcome.reason)
 
 
 def _reason_to_skip(
-    entry: Entry, base_url: str, everything: bool, confirm: Confirm | None
+    entry: Entry,
+    base_url: str,
+    everything: bool,
+    confirm: Confirm | None,
+    holders: dict[str, tuple[int, ...]],
+    spare: str | None,
 ) -> str | None:
     if service_key(entry.base_url) != service_key(base_url):
         return f"recorded for {entry.base_url} (reap there with CREATEOS_API_URL={entry.base_url})"
+    if spare is not None and entry.sandbox_id == spare:
+        return "the lease that started this sweep attached to it"
     alive = entry.owner_alive()
     if alive is None:
         return f"its lease belongs to a process on host {entry.host}"
+    attached = holders.get(entry.sandbox_id or "", ())
+    if not alive and attached:
+        return _held_by_attached(entry, attached, everything, confirm)
     if not alive:
         return None
     if not everything:
         return f"its lease is still held by process {entry.pid} (`reap --all` takes it anyway)"
     if confirm is not None and not confirm(entry):
         return f"its lease is still held by process {entry.pid}, and that was not confirmed"
+    return None
+
+
+def _held_by_attached(
+    entry: Entry, pids: tuple[int, ...], everything: bool, confirm: Confirm | None
+) -> str | None:
+    """The owner died, but live leases attached to its sandbox: left unless confirmed."""
+    held = f"a live lease of process {', '.join(map(str, pids))} is attached to it"
+    if not everything:
+        return f"{held} (`reap --all` takes it anyway)"
+    if confirm is not None and not all(confirm(attrs.evolve(entry, pid=pid)) for pid in pids):
+        return f"{held}, and that was not confirmed"
     return None
 
 
@@ -209,7 +273,15 @@ def _emulator_gone(entry: Entry) -> str | None:
     return None
 
 
-def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:
+def _reap_entry(
+    client: Client,
+    entry: Entry,
+    by_name: _NameLookup,
+    journal: Journal,
+    *,
+    dry_run: bool,
+    held_ok: bool,
+) -> Reaped:
     alive = entry.owner_alive()
     why = (
         f"taken from its owner, process {entry.pid}, which still runs"
@@ -244,17 +316,54 @@ def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: 
             )
     if dry_run:
         return Reaped(entry.name, "would destroy", why, sandbox_ids)
-    failures = []
-    for sandbox_id in sandbox_ids:
-        try:
-            client.destroy(sandbox_id)
-        except CreateosError as exc:
-            failures.append(f"{sandbox_id}: {exc}")
+    try:  # under the journal's lock: an attach that claimed it meanwhile wins
+        token = _claims.begin_reap(journal, entry, sandbox_ids, held_ok=held_ok)
+    except _claims.Held as held:
+        return Reaped(entry.name, "skipped", str(held), sandbox_ids)
+    except OSError as exc:
+        return Reaped(
+            entry.name, "failed", f"{why}; the lease journal could not be updated ({exc})"
+        )
+    failures: list[str] = []
+    try:
+        for sandbox_id in sandbox_ids:
+            try:
+                client.destroy(sandbox_id)
+            except CreateosError as exc:
+                failures.append(f"{sandbox_id}: {exc}")
+        if not failures:  # its members gone: the networks the lease made
+            failures += _delete_networks(client, entry)
+    finally:
+        _end_reap(journal, entry, token, destroyed=not failures)
+    if not failures and entry.networks:
+        why += f"; network {', '.join(entry.networks)} deleted"
     if failures:
         return Reaped(
             entry.name, "failed", f"{why}; destroying failed ({'; '.join(failures)})", sandbox_ids
         )
     return Reaped(entry.name, "destroyed", why, sandbox_ids)
+
+
+def _delete_networks(client: Client, entry: Entry) -> list[str]:
+    """Delete the networks the entry's lease made (1 request each, plus 1 per "in use"
+    answer); what could not be, in words. One the service does not know is gone."""
+    failures = []
+    for network_id in entry.networks:
+        deadline = Deadline.after(client.transport.config.cleanup_timeout)
+        try:
+            _networks.delete(client.transport, network_id, deadline, client.sleep)
+        except CreateosError as exc:
+            failures.append(f"network {network_id}: {exc}")
+    return failures
+
+
+def _end_reap(journal: Journal, entry: Entry, token: str, *, destroyed: bool) -> None:
+    """Drop the marks (and the entry, once destroyed); a failure leaves them for later:
+    marks of a process that ended hold nothing, and a later reap forgets the entry."""
+    try:
+        _claims.end_reap(journal, entry, token, destroyed=destroyed)
+    except OSError as exc:
+        log.warning("the lease journal at %s could not be updated: %s", journal.path, exc)
 
 
 def _unreadable(bad: Unreadable, by_name: _NameLookup) -> Reaped:

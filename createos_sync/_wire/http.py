@@ -34,7 +34,7 @@ from .deadline import Deadline
 from .logredact import redact_queries_for
 from .pacer import Pacer, shared_pacer
 from .retry import Repeat
-from .server_text import sent_values
+from .server_text import no_surrogates, sent_values
 
 log = logging.getLogger("createos_sync.http")
 
@@ -273,6 +273,8 @@ class Transport:
         and argv items): no server text shown from the answer holds them either.
         """
         request = _Request(method, path, operation, repeat, params, json_body, body, tuple(secrets))
+        for value in request.sent():  # the callers check first, naming the argument
+            no_surrogates(f"a value the request for {operation} would carry", value)
 
         def attempt() -> Reply:
             with Cutoff(deadline) as cutoff:

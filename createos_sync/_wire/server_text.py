@@ -104,6 +104,25 @@ def url_template(value: object) -> str | None:
     return UNRECOGNISED
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def no_surrogates(what: str, text: str) -> str:
+    """``text``, unless it holds a lone surrogate: ``ValueError`` naming ``what``, never
+    the value (it may be a secret).
+
+    ``os.environ`` and ``sys.argv`` hold undecodable bytes as lone surrogates
+    (``"\\udcff"``); such text has no UTF-8 form, so no request can carry it as sent.
+    """
+    if _SURROGATE.search(text):
+        raise ValueError(
+            f"{what} is not valid Unicode text: it holds a lone surrogate (undecodable "
+            "bytes, as os.environ keeps them). Decode those bytes first, for example "
+            "os.fsencode(value).decode('utf-8', 'replace')"
+        )
+    return text
+
+
 def sent_values(*parts: Any) -> tuple[str, ...]:
     """Every string a request carried: the leaves of its JSON body and its query values.
 
@@ -133,7 +152,14 @@ def scrub(text: object, secrets: Iterable[str]) -> str | None:
     """
     if not isinstance(text, str) or not text.strip():
         return None
-    for secret in sorted(set(secrets), key=len, reverse=True):
+    try:
+        return _scrubbed(text, secrets)
+    except Exception:  # never raise (nor show) from here: what cannot be scrubbed is not shown
+        return None
+
+
+def _scrubbed(text: str, secrets: Iterable[str]) -> str | None:
+    for secret in sorted(_pieces(secrets), key=len, reverse=True):
         for form in _forms(secret):
             text = _remove(text, form)
     text = _QUERY.sub(REDACTED, text)
@@ -143,8 +169,27 @@ def scrub(text: object, secrets: Iterable[str]) -> str | None:
     return text or None
 
 
+def _pieces(secrets: Iterable[str]) -> set[str]:
+    """Each secret, and each of its lines on its own: a service may quote one line of a
+    sent value (typed text, a script) without the rest, or without its newline."""
+    pieces = set()
+    for secret in secrets:
+        if not isinstance(secret, str) or not secret:
+            continue
+        pieces.add(secret)
+        pieces.update(line.strip() for line in secret.splitlines() if line.strip())
+    return pieces
+
+
 def _forms(secret: str) -> set[str]:
-    forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret)}
+    """``secret`` as written and as an echo may encode it (JSON, URL escapes; text with
+    lone surrogates, which has no UTF-8 form, in each way the OS or a service renders it)."""
+    forms = {secret, json.dumps(secret)[1:-1]}
+    for errors in ("strict", "surrogateescape", "surrogatepass"):
+        try:
+            forms |= {quote(secret, safe="", errors=errors), quote_plus(secret, errors=errors)}
+        except UnicodeEncodeError:
+            continue
     return {f for f in forms if f}
 
 

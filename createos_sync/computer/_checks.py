@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .._wire.server_text import ID
+from .._wire.server_text import ID, no_surrogates
 from ._types import SCREEN_ID, Screen, Window
 
 MAX_COORDINATE = 32767  # X11 coordinates are signed 16-bit
@@ -55,7 +55,7 @@ def text(name: str, value: object, *, limit: int = MAX_TEXT) -> str:
         raise ValueError(f"{name} must not contain NUL characters")
     if len(value) > limit:
         raise ValueError(f"{name} is longer than {limit} characters")
-    return value
+    return no_surrogates(name, value)
 
 
 def single_line(name: str, value: object, *, limit: int = 2048) -> str:

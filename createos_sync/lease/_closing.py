@@ -41,6 +41,7 @@ class Containment:
     _info: SandboxInfo | None
     _watchdog: Watchdog
     _on_exit: OnExit
+    _on_exit_chosen: bool  # given to lease() or close(), not the default
     _settled: bool  # destroyed, or left as on_exit asked: nothing to name
     _attached: Attachments
 
@@ -135,7 +136,8 @@ class Containment:
                     sandbox_destroyed=None,
                 )
         self._settled = True  # left as on_exit asked: nothing to name
-        self._forget_journal()
+        # Kept or paused as asked (not by an attach's default): no sweep may take it later.
+        self._forget_journal(gone=False, kept=self._on_exit_chosen)
         return None
 
     def _destroyed(self, box: Box, deadline: Deadline) -> bool:
@@ -165,8 +167,8 @@ class Containment:
             sandbox_destroyed=destroyed,
         )
 
-    def _forget_journal(self) -> None:
-        self._record.forget()
+    def _forget_journal(self, *, gone: bool = True, kept: bool = False) -> None:
+        self._record.forget(gone=gone, kept=kept)
 
     def _cleanup_deadline(self) -> Deadline:
         return Deadline.after(self._client.transport.config.cleanup_timeout)

@@ -81,6 +81,7 @@ class LeaseCore(Containment):
             else None
         )
         self._on_exit: OnExit = options.effective_on_exit
+        self._on_exit_chosen = options.on_exit is not None  # else the default (attach: keep)
         self._lock = threading.RLock()
         self._state = "new"  # new -> opening -> open -> closing -> closed
         self._closed_event = threading.Event()
@@ -93,7 +94,8 @@ class LeaseCore(Containment):
         self._pending_failure: CreateosCleanupError | None = None
         self._settled = False  # destroyed, or left as on_exit asked: nothing to name
         self._opened_at: float | None = None
-        self._attached = Attachments()  # disks, networks, a token: let go of at close
+        # disks, networks, a token: let go of at close (a made network also leaves the journal)
+        self._attached = Attachments(deleted=self._record.network_deleted)
 
     @property
     def options(self) -> LeaseOptions:
@@ -146,7 +148,11 @@ class LeaseCore(Containment):
         The sandbox is recorded in the lease journal before it is asked for:
         if the journal cannot be written, nothing is created (``ConfigError``)
         unless the lease was made with ``journal=False`` (or
-        ``CREATEOS_SYNC_JOURNAL=off``).
+        ``CREATEOS_SYNC_JOURNAL=off``). An attach (``sandbox_id=``) claims its
+        sandbox in the journal first (no request): no reap of this machine
+        destroys it while the lease holds it, and the entries of a dead owner
+        (a crashed kernel) pass to this process (``_sandboxes.claims``); one a
+        reap is destroying at that moment raises ``SandboxUnavailable``.
 
         Raises:
             LeaseClosed: the lease was already closed, or was closed meanwhile.
@@ -185,6 +191,8 @@ class LeaseCore(Containment):
     def _obtain(self, deadline: Deadline) -> SandboxInfo:
         transport = self._client.transport
         if self._options.sandbox_id is not None:
+            # Claimed before its first request: no sweep destroys it (issue 42).
+            self._record.claim(self._options.sandbox_id, transport.config.base_url)
             with _shield.delivered():
                 return _sandbox.ensure_running(
                     transport, self._options.sandbox_id, deadline, self._client.sleep
@@ -201,7 +209,9 @@ class LeaseCore(Containment):
             self._opened_at = time.monotonic()
         _registry.add(self)
         if self._record.journal is not None:  # what crashed scripts left: gone by the next run
-            _reap.sweep_in_background(self._client, self._record.journal)
+            _reap.sweep_in_background(
+                self._client, self._record.journal, spare=self._options.sandbox_id
+            )
         if self._options.max_lifetime is not None:
             self._lifetime = _background.scheduler().call_later(
                 self._options.max_lifetime,
@@ -221,7 +231,7 @@ class LeaseCore(Containment):
         try:
             if sandbox_id is None:
                 if not is_cleanup_error(exc):  # nothing was created, or it was found and destroyed
-                    self._forget_journal()
+                    self._forget_journal(gone=False)  # an attached sandbox is left as it was
                 # else a sandbox may exist: the error says so, the journal keeps it. An
                 # attached sandbox stays, but not its watchdog (it would delete it).
                 failure = _ttl.stop(self._watchdog, self.id or "", "left as it was")
@@ -311,7 +321,7 @@ class LeaseCore(Containment):
     def _close(self, fresh_session: bool, on_exit: OnExit | None) -> None:
         with self._lock:
             if on_exit is not None and self._state in ("opening", "open"):
-                self._on_exit = on_exit
+                self._on_exit, self._on_exit_chosen = on_exit, True
             pending, self._pending_failure = self._pending_failure, None
             state = self._state
             if state in ("new", "closed"):

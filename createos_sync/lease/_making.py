@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._resources import disks as _disks
 from .._resources import networks as _networks
+from .._sandboxes import claims as _claims
 from .._sandboxes import fork as _fork
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
@@ -24,7 +25,7 @@ from .._sandboxes.journal import Entry, Journal
 from .._sandboxes.options import LeaseOptions
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from ..errors import ConfigError, Operation
+from ..errors import ConfigError, Operation, SandboxUnavailable
 from ..models import SandboxInfo
 
 if TYPE_CHECKING:
@@ -47,6 +48,39 @@ class Record:
         self.journal = journal  # None: journal=False (or CREATEOS_SYNC_JOURNAL=off)
         self.name: str | None = None
         self.made_id: str | None = None
+        self.attached: _claims.Attached | None = None  # an attach's claim (``claim``)
+        self.networks: set[str] = set()  # made by the lease, not yet deleted
+        self.sandbox_gone = False
+
+    def claim(self, sandbox_id: str, base_url: str) -> None:
+        """An attach: claim the sandbox before any request, so no sweep destroys it
+        (``_sandboxes.claims``). A journal that cannot be written is a warning: no
+        sweep can mark (and so destroy) anything in it either.
+
+        Raises:
+            SandboxUnavailable: a reap is destroying it.
+        """
+        if self.journal is None:
+            return
+        try:
+            with _shield.delivered():  # nothing exists yet: an interrupt here loses nothing
+                self.attached = _claims.claim(self.journal, sandbox_id, base_url)
+        except _claims.Held as held:
+            raise SandboxUnavailable(
+                sandbox_id,
+                str(held),
+                "the lease that made it died, and a reap took it before this attach",
+            ) from None
+        except OSError as exc:
+            log.warning("the lease journal at %s could not be updated: %s", self.journal.path, exc)
+            return
+        if self.attached.taken:
+            log.info(
+                "sandbox %s: its journal entry passed to this process (its owner died)", sandbox_id
+            )
+        if self.attached.holders:
+            pids = ", ".join(map(str, self.attached.holders))
+            log.info("sandbox %s is shared with the live lease of process %s", sandbox_id, pids)
 
     def add(self, entry: Entry) -> None:
         if self.journal is None:
@@ -64,10 +98,43 @@ class Record:
         if self.journal is not None and self.name is not None:
             self.journal.set_sandbox(self.name, sandbox_id)
 
-    def forget(self) -> None:
+    def network_made(self, network_id: str) -> None:
+        """A network the lease made: journaled with its sandbox, for ``reap`` to delete."""
         if self.journal is not None and self.name is not None:
+            self.networks.add(network_id)
+            self.journal.add_network(self.name, network_id)
+
+    def network_deleted(self, network_id: str) -> None:
+        """Deleted at close: forgotten; the entry with it, once the sandbox is gone too."""
+        self.networks.discard(network_id)
+        if self.journal is not None and self.name is not None:
+            if self.sandbox_gone and not self.networks:
+                self.journal.remove(self.name)
+                self.name = None
+            else:
+                self.journal.drop_network(self.name, network_id)
+
+    def forget(self, *, gone: bool = True, kept: bool = False) -> None:
+        """The sandbox is destroyed (``gone``) or left: its entry (and claim) go.
+
+        An entry with networks still to delete stays until they are
+        (``network_deleted``): a crash meanwhile leaves them to ``reap``. An
+        attach's claim is dropped; the entries naming its sandbox go with the
+        sandbox, or when it is ``kept`` as asked (``on_exit`` given); left by
+        an attach's default, they stay this process's (``claims.release``).
+        """
+        self.sandbox_gone = gone
+        if self.journal is not None and self.name is not None and not (gone and self.networks):
             self.journal.remove(self.name)
             self.name = None
+        attached, self.attached = self.attached, None
+        if self.journal is not None and attached is not None:
+            try:
+                _claims.release(self.journal, attached, gone=gone or kept)
+            except OSError as exc:  # a claim of an ended process holds nothing
+                log.warning(
+                    "the lease journal at %s could not be updated: %s", self.journal.path, exc
+                )
 
 
 def make(

@@ -35,6 +35,9 @@ class OverlayMethods(LeaseCore):
         (asking again for up to 30 s while the service says it is still in use: close
         the leases that joined it first, as nested ``with`` blocks do).
 
+        The network is journaled with the lease's sandbox: after a crash (SIGKILL),
+        ``reap`` and the auto-reap delete it with the sandbox.
+
         Request budget: 2 (the creation and the join; neither repeated after a lost
         answer), and at close 1 leave plus 1 delete (and 1 per "in use" answer).
 
@@ -47,6 +50,7 @@ class OverlayMethods(LeaseCore):
         made = Network.from_api(_api.create_network(box.transport, checked, deadline))
         with self._attached.lock:
             self._attached.made_networks.append(made.id)
+        self._record.network_made(made.id)  # a crash from here on leaves it to reap
         _api.attach_network(box.transport, box.sandbox_id, made.id, deadline)
         self._attached.add_network(made.id)
         return made

@@ -124,7 +124,11 @@ def test_a_cleanup_error_at_teardown_fails_the_test_with_its_message(tmp_path: P
     status, out = pytest_run(sample(tmp_path, source))
     assert status == 1, out
     assert "1 passed, 1 error" in out
-    assert re.search(r"createos_lease: containment unconfirmed: .*sb-\S+ was destroyed", out), out
+    # the class named, as pytest names an exception: it is what users search for (issue 35)
+    pattern = (
+        r"createos_lease: CreateosCleanupError: containment unconfirmed: .*sb-\S+ was destroyed"
+    )
+    assert re.search(pattern, out), out
     assert "Traceback" not in out  # the message, not a wall of frames
 
 

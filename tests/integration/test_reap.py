@@ -282,6 +282,8 @@ def test_reap_all_from_python_asks_confirm_for_each_live_owner(
     finally:
         owner.kill()
         finish(owner)
+
+
 def test_reap_forgets_the_entries_of_a_loopback_emulator_that_has_ended(
     emulator: Emulator,
 ) -> None:
@@ -359,3 +361,49 @@ def test_opening_a_lease_reaps_what_dead_owners_left_in_the_background(
         assert "someone-alive" in {e.name for e in Journal().entries()}  # a live owner's
     if auto == "off":
         client.destroy(orphan)
+
+
+NETWORK_SCRIPT = """
+import time
+import createos_sync as cs
+box = cs.lease().open()
+network = box.create_network("doomed-net")
+print(box.id, network.id, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_reap_deletes_the_network_a_killed_lease_made(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    """Issue 35, item 9: a network made by a lease is journaled with it; after SIGKILL,
+    ``reap`` destroys the sandbox, then deletes the network (1 request more)."""
+    owner = spawn([sys.executable, "-c", NETWORK_SCRIPT], emulator_env(emulator))
+    sandbox_id, network_id = read_until(owner, b"\n").decode().split()
+    (entry,) = Journal().entries()
+    assert entry.networks == (network_id,)
+    owner.send_signal(signal.SIGKILL)
+    finish(owner)
+    logged = len(emulator.request_log)
+    (outcome,) = reap(client)
+    requests = [(r.path, r.status) for r in emulator.request_log[logged:]]
+    # the budget: 1 destroy, 1 network delete, plus 1 per "in use" (409) answer before it
+    assert requests[0][0] == f"/v1/sandboxes/{sandbox_id}", requests
+    deletes = requests[1:]
+    assert {path for path, _ in deletes} == {f"/v1/networks/{network_id}"}, requests
+    assert [status for _, status in deletes] == [409] * (len(deletes) - 1) + [200], requests
+    assert outcome.action == "destroyed", outcome.describe()
+    assert outcome.reason.endswith(f"; network {network_id} deleted")
+    assert network_id not in {n.id for n in client.networks()}
+    assert sandbox_id not in emulator.live_sandboxes() and Journal().entries() == []
+
+
+def test_closing_forgets_the_network_entry_only_once_the_network_is_deleted(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    with client.lease() as box:
+        network = box.create_network("tidy-net")
+        (entry,) = Journal().entries()
+        assert entry.networks == (network.id,)
+    assert Journal().entries() == []
+    assert network.id not in {n.id for n in client.networks()}

@@ -403,3 +403,26 @@ def test_what_the_state_directory_holds_is_this_user_s_alone_whatever_the_umask(
     assert any(name.startswith("state/leases.json.") for name in modes), modes  # set aside
     assert {m for p, m in modes.items() if (tmp_path / p).is_dir()} == {"0o700"}, modes
     assert {m for p, m in modes.items() if (tmp_path / p).is_file()} == {"0o600"}, modes
+
+
+def test_the_networks_a_lease_made_are_kept_with_its_entry_and_salvaged(journal: Journal) -> None:
+    """Issue 35, item 9: written only when there are some; read back; salvaged from a cut."""
+    journal.add(Entry(name="a", base_url=URL, sandbox_id="sbx-1"))
+    journal.add_network("a", "net-1")
+    journal.add_network("a", "net-2")
+    journal.drop_network("a", "net-1")
+    (entry,) = journal.entries()
+    assert entry.networks == ("net-2",)
+    assert json.loads(journal.path.read_text())["leases"][0]["networks"] == ["net-2"]
+    text = journal.path.read_text()
+    journal.path.write_text(text[: text.rindex("}")])  # cut at the end: unparseable
+    (salvaged,) = journal.entries()
+    assert salvaged.networks == ("net-2",)
+    journal.directory.joinpath("leases.json").write_text(
+        json.dumps({"version": 1, "leases": [{**attrs.asdict(entry), "networks": ["../x"]}]})
+    )
+    survey = journal.survey()
+    assert (
+        survey.entries == []
+        and "a network id is missing or malformed" in survey.unreadable[0].reason
+    )
