@@ -96,11 +96,13 @@ COPIES = ".etc"  # a sandbox's own copies of /etc files (``copy_over``), in its 
 
 @dataclass(frozen=True)
 class Launch:
-    """What to hand to ``subprocess.Popen`` for one command."""
+    """What to hand to ``subprocess.Popen`` for one command; ``fds`` (the disks' directories)
+    are passed to it, and closed by the caller once it started (or failed to)."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    fds: tuple[int, ...] = ()
 
 
 class NoIsolation:
@@ -120,7 +122,10 @@ class NoIsolation:
         *,
         terminal: bool = False,
     ) -> Launch:
-        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here)."""
+        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here).
+        Raises SubPathRefused (an OSError) for a disk's sub path swapped for a link."""
+        for bind in storage.binds.values():
+            bind.check()
         base = {
             "PATH": BASE_PATH,
             "HOME": str(storage.dir("/home/user")),
@@ -155,7 +160,7 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     quoting in a shell script (true of the emulator's own temporary root).
     """
     dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
-    dirs.update((mount, str(host)) for mount, host in storage.binds.items())  # disks
+    dirs.update((mount, str(bind.path)) for mount, bind in storage.binds.items())  # disks
     if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
         return text
     pattern = sandbox_paths_pattern(dirs) if storage.binds else SANDBOX_PATH
@@ -234,7 +239,27 @@ class Bubblewrap:
         terminal: bool = False,
     ) -> Launch:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
-        wait status on ``status_fds[1]``."""
+        wait status on ``status_fds[1]``. Raises SubPathRefused (an OSError) for a disk's
+        sub path swapped for a link: each disk is bound by the descriptor opened beneath it."""
+        disks = _open_disks(storage)
+        try:
+            return self._launch(storage, argv, cwd, env, status_fds, disks, terminal=terminal)
+        except BaseException:
+            for fd, _ in disks:
+                os.close(fd)
+            raise
+
+    def _launch(
+        self,
+        storage: Storage,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        status_fds: tuple[int, int],
+        disks: list[tuple[int, str]],
+        *,
+        terminal: bool,
+    ) -> Launch:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
@@ -248,8 +273,8 @@ class Bubblewrap:
             cmd += ["--bind", str(_own_copy(storage, target, text)), target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
-        for mount, host in sorted(storage.binds.items()):  # persistent disks, outer ones first
-            cmd += ["--bind", str(host), mount]
+        for fd, mount in disks:
+            cmd += ["--bind-fd", str(fd), mount]
         # /proc/sys read-only: root's uid may write many sysctls without any capability.
         cmd += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         cmd += ["--chdir", cwd]
@@ -266,7 +291,20 @@ class Bubblewrap:
             if terminal:  # no reporter: bubblewrap's own session owns the pty
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
-        return Launch(cmd, str(storage.root), {**base, **env})
+        return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks))
+
+
+def _open_disks(storage: Storage) -> list[tuple[int, str]]:
+    """(Descriptor, mount path) of every disk, outer mounts first; all closed on a refusal."""
+    opened: list[tuple[int, str]] = []
+    try:
+        for mount, bind in sorted(storage.binds.items()):
+            opened.append((bind.open(), mount))
+    except BaseException:
+        for fd, _ in opened:
+            os.close(fd)
+        raise
+    return opened
 
 
 def _own_copy(storage: Storage, target: str, text: str) -> Path:

@@ -7,14 +7,16 @@ deleted registration leaves them (as deleting one leaves the bucket).
 Credentials are checked for shape and dropped: nothing here ever uses or
 keeps them. A mount binds the bucket's directory (or its ``sub_path``) at
 the mount path of every command started afterwards (bubblewrap: a bind;
-plain mode: the path mapping), and the files API reaches it there too. A
-mount outlives nothing: the sandbox's destroy forgets it, the files stay.
+plain mode: the path mapping), and the files API reaches it there too. The
+sub path is opened beneath the bucket's directory, following no symlink, at
+every one of those uses (``diskbind``): a sandbox that mounts the disk whole
+may swap it for a link at any time. A mount outlives nothing: the sandbox's
+destroy forgets it, the files stay.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import posixpath
 import re
 import secrets
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._machine.diskbind import DiskBind, SubPathRefused
 from .._machine.isolation import SYSTEM_DIRS, Isolation
 from .._wire import ApiError, optional_text, text, timestamp
 from .sandbox import Sandbox
@@ -68,7 +71,7 @@ class Mount:
     disk: DiskRecord
     mount_path: str
     sub_path: str
-    host: Path
+    bind: DiskBind
 
     def to_json(self) -> dict[str, Any]:
         record = self.disk.to_json()
@@ -167,19 +170,16 @@ class DiskStore:
         sub = optional_text(body, "sub_path") or ""
         if sub and (sub[0] == "/" or ".." in sub.split("/") or posixpath.normpath(sub) != sub):
             raise ApiError(400, "sub_path must be a relative path inside the bucket")
+        _checked(DiskBind(self._bucket_dir(record), sub))  # before a sandbox is made for it
         return record, path, sub
 
     def mount(self, sandbox: Sandbox, record: DiskRecord, path: str, sub: str) -> Mount:
-        bucket = self._bucket_dir(record)
-        bucket.mkdir(parents=True, exist_ok=True)
-        host = _inside(bucket, bucket / sub if sub else bucket)
-        host.mkdir(parents=True, exist_ok=True)
-        host = _inside(bucket, host)  # a symlink planted by a sandbox leads nowhere else
-        mount = Mount(record, path, sub, host)
+        bind = _checked(DiskBind(self._bucket_dir(record), sub))  # checked again at each use
+        mount = Mount(record, path, sub, bind)
         with self._lock, sandbox.lock:
             if path in sandbox.storage.binds:
                 raise ApiError(409, "something is already mounted at mount_path")
-            sandbox.storage.binds[path] = host
+            sandbox.storage.binds[path] = bind
             self._mounts.setdefault(sandbox.id, []).append(mount)
         return mount
 
@@ -207,13 +207,13 @@ class DiskStore:
         return self._buckets / f"{readable}-{key}"
 
 
-def _inside(bucket: Path, path: Path) -> Path:
-    """``path`` resolved, if it stays in the bucket's directory (a sandbox may have made
-    a symlink there, which a bind mount would follow onto the host)."""
-    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(bucket))
-    if real != root and root not in real.parents:
-        raise ApiError(400, "sub_path leads out of the disk (through a symlink)")
-    return real
+def _checked(bind: DiskBind) -> DiskBind:
+    """``bind``, its sub path made if missing; 400 if a sandbox put a link on its way."""
+    try:
+        bind.check()
+    except SubPathRefused as exc:
+        raise ApiError(400, exc.strerror) from None
+    return bind
 
 
 def _check_credentials(value: object) -> None:

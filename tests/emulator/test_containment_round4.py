@@ -1,0 +1,167 @@
+"""Containment, round 4 (issue 35, the emulator's items): each scenario as an attacker runs it.
+
+A disk's sub path swapped for a symlink, mount paths bubblewrap cannot make,
+a token that forks, preview cookies that cross sandboxes, and typed text
+longer than the desktop agent's answer takes. The host must never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from createos_sync.emulator import Emulator
+
+from .helpers import Api
+
+DISK = {
+    "name": "jobs", "kind": "s3", "config": {"bucket": "jobs", "endpoint": "https://s3.x"},
+    "credentials": {"access_key": "AK", "secret_key": "SECRET-KEY"},
+}  # fmt: skip
+
+
+@pytest.fixture(params=["none", "bwrap"])
+def mode_api(request: pytest.FixtureRequest, make_emu: Callable[..., Emulator]) -> Api:
+    emu = make_emu(isolation=request.param)
+    if emu.isolation != request.param:
+        pytest.skip("bubblewrap does not work here")
+    return Api(emu)
+
+
+def run(api: Api, sandbox_id: str, script: str) -> dict[str, Any]:
+    reply = api.data("POST", f"/v1/sandboxes/{sandbox_id}/exec",
+                     json={"cmd": "bash", "args": ["-c", script]})  # fmt: skip
+    result: dict[str, Any] = reply["result"]
+    return result
+
+
+def host_dir(tmp_path: Path) -> Path:
+    """A host directory a sandbox must never change: one file, known content."""
+    target = tmp_path / "host"
+    target.mkdir()
+    (target / "host.txt").write_text("the host's own\n")
+    return target
+
+
+def assert_untouched(target: Path) -> None:
+    assert sorted(p.name for p in target.iterdir()) == ["host.txt"]  # nothing planted
+    assert (target / "host.txt").read_text() == "the host's own\n"
+
+
+# -- 1. a disk's sub path swapped for a symlink ---------------------------------------
+
+
+def swap_sub_path_for_link(api: Api, target: Path) -> tuple[str, str, str]:
+    """A sandbox with the disk whole at /mnt/all and its job-1 at /mnt/job, whose command
+    swaps job-1 for a link to ``target`` (the issue's scenario), and another sandbox that
+    mounted job-1 before. (disk id, the swapping sandbox, the other)"""
+    disk_id = api.data("POST", "/v1/disks", json=DISK)["id"]
+    job = {"disk_id": disk_id, "mount_path": "/mnt/job", "sub_path": "job-1"}
+    sandbox = api.sandbox(disks=[{"disk_id": disk_id, "mount_path": "/mnt/all"}, job])
+    other = api.sandbox(disks=[job])
+    assert run(api, sandbox, "echo seed > /mnt/job/seed && cat /mnt/all/job-1/seed")["stdout"] == (
+        "seed\n"
+    )
+    swap = run(api, sandbox, f"mv /mnt/all/job-1 /mnt/all/job-1.old && ln -s {target} "
+                             "/mnt/all/job-1")  # fmt: skip
+    assert swap["exit_code"] == 0, swap
+    return disk_id, sandbox, other
+
+
+def test_a_sub_path_swapped_for_a_link_never_reaches_the_host_from_commands(
+    bwrap_api: Api, tmp_path: Path
+) -> None:
+    target = host_dir(tmp_path)
+    _, sandbox, other = swap_sub_path_for_link(bwrap_api, target)
+    write = "echo changed > /mnt/job/host.txt; echo planted > /mnt/job/planted.txt"
+    for victim in (sandbox, other):  # the next command, and one in a sandbox mounted before
+        result = run(bwrap_api, victim, write)
+        assert result["exit_code"] != 0
+        assert "sub_path leads through a symlink" in result["stderr"]
+    assert_untouched(target)
+
+
+def test_a_sub_path_swapped_for_a_link_never_reaches_the_host_from_the_files_api(
+    mode_api: Api, tmp_path: Path
+) -> None:
+    target = host_dir(tmp_path)
+    _, sandbox, other = swap_sub_path_for_link(mode_api, target)
+    for victim in (sandbox, other):
+        files = f"/v1/sandboxes/{victim}/files"
+        for name in ("host.txt", "planted.txt"):
+            put = mode_api.call("PUT", files, params={"path": f"/mnt/job/{name}"}, data=b"x")
+            assert put.status_code == 403 and "symlink" in put.text
+        read = mode_api.call("GET", files, params={"path": "/mnt/job/host.txt"})
+        assert read.status_code == 403 and "symlink" in read.text
+    assert_untouched(target)
+
+
+def test_a_sub_path_swapped_for_a_link_is_refused_to_other_sandboxes(
+    mode_api: Api, tmp_path: Path
+) -> None:
+    target = host_dir(tmp_path)
+    disk_id, _, _ = swap_sub_path_for_link(mode_api, target)
+    mount = {"disk_id": disk_id, "mount_path": "/mnt/job", "sub_path": "job-1"}
+    created = mode_api.call("POST", "/v1/sandboxes", json={"shape": "s-1vcpu-1gb",
+                                                           "disks": [mount]})  # fmt: skip
+    assert created.status_code == 400 and "symlink" in created.text
+    other = mode_api.sandbox()
+    attach = mode_api.call("POST", f"/v1/sandboxes/{other}/disks", json=mount)
+    assert attach.status_code == 400 and "symlink" in attach.text
+    deeper = {**mount, "sub_path": "job-1/deeper"}  # a link on the way, not only at the end
+    attach = mode_api.call("POST", f"/v1/sandboxes/{other}/disks", json=deeper)
+    assert attach.status_code == 400 and "symlink" in attach.text
+    assert_untouched(target)
+
+
+def test_the_sandbox_that_swapped_keeps_its_disk_once_the_link_goes(
+    bwrap_api: Api, tmp_path: Path
+) -> None:
+    target = host_dir(tmp_path)
+    disk_id, sandbox, _ = swap_sub_path_for_link(bwrap_api, target)
+    # The link is in the disk, so the whole-disk mount cannot be used to remove it (every
+    # command binds /mnt/job too, and that is refused): detach the sub path, repair, attach.
+    detach = f"/v1/sandboxes/{sandbox}/disks/{disk_id}"
+    bwrap_api.data("DELETE", detach, params={"mount_path": "/mnt/job"})
+    repair = run(bwrap_api, sandbox, "rm /mnt/all/job-1 && mv /mnt/all/job-1.old /mnt/all/job-1")
+    assert repair["exit_code"] == 0, repair
+    mount = {"disk_id": disk_id, "mount_path": "/mnt/job", "sub_path": "job-1"}
+    bwrap_api.data("POST", f"/v1/sandboxes/{sandbox}/disks", json=mount)
+    assert run(bwrap_api, sandbox, "cat /mnt/job/seed")["stdout"] == "seed\n"
+    # The disk is bound by a descriptor, which the command does not inherit.
+    fds = run(bwrap_api, sandbox, "ls /proc/self/fd")["stdout"].split()
+    assert sorted(fds, key=int) == ["0", "1", "2", "3"], fds  # 3: the directory ls reads
+    assert_untouched(target)
+
+
+# -- 3. an access token never creates a sandbox ------------------------------------------
+
+
+def test_an_access_token_cannot_fork_its_sandbox(api: Api) -> None:
+    mine = api.sandbox()
+    token = api.data("POST", f"/v1/sandboxes/{mine}/access-token")["token"]
+    as_token = {"X-Api-Key": token}
+    before = {s["id"] for s in api.data("GET", "/v1/sandboxes")["data"]}
+    fork = api.call("POST", f"/v1/sandboxes/{mine}/fork", headers=as_token, json={})
+    assert fork.status_code == 403 and "own sandbox only" in fork.text
+    create = api.call("POST", "/v1/sandboxes", headers=as_token, json={"shape": "s-1vcpu-1gb"})
+    assert create.status_code == 403
+    template = {"name": "t", "dockerfile": "FROM createos/base\n"}
+    assert api.call("POST", "/v1/templates", headers=as_token, json=template).status_code == 403
+    assert {s["id"] for s in api.data("GET", "/v1/sandboxes")["data"]} == before  # nothing made
+    assert api.call("GET", f"/v1/sandboxes/{mine}", headers=as_token).status_code == 200
+
+
+def test_a_template_workdir_through_a_link_never_makes_a_host_directory(
+    bwrap_api: Api, tmp_path: Path
+) -> None:
+    from createos_sync import TemplateBuildError
+
+    target = host_dir(tmp_path)
+    dockerfile = f"FROM ubuntu:24.04\nRUN ln -s {target} /workspace/a\nWORKDIR /workspace/a/new\n"
+    with bwrap_api.emu.client() as client, pytest.raises(TemplateBuildError, match="WORKDIR"):
+        client.build_template("linked", dockerfile)
+    assert_untouched(target)
