@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 
+import createos_sync as cs
 from createos_sync.emulator import Emulator
 
+from ..waiting import wait_until
 from .helpers import Api
+from .test_computer import needs_desktop, xterm
 
 DISK = {
     "name": "jobs", "kind": "s3", "config": {"bucket": "jobs", "endpoint": "https://s3.x"},
@@ -165,3 +168,38 @@ def test_a_template_workdir_through_a_link_never_makes_a_host_directory(
     with bwrap_api.emu.client() as client, pytest.raises(TemplateBuildError, match="WORKDIR"):
         client.build_template("linked", dockerfile)
     assert_untouched(target)
+
+
+# -- 5. type() of all the SDK accepts -------------------------------------------------------
+
+
+def read_text(box: cs.Lease, path: str) -> str | None:
+    try:
+        return box.read_file(path).decode()
+    except cs.CreateosApiError:
+        return None
+
+
+@needs_desktop
+def test_type_types_all_the_sdk_accepts_or_refuses_before_typing(emu: Emulator) -> None:
+    with emu.client() as client, client.lease(rootfs="desktop:1") as box:
+        computer = box.computer
+        xterm(box)
+        computer.type("cat > /workspace/typed.txt\n")
+        # 100,000 characters (the SDK's limit), 80 a line (the tty's line stays short).
+        text = "".join(f"{i:05d} " + "typed-" * 12 + ".\n" for i in range(1250))
+        assert len(text) == 100_000
+        computer.type(text)  # answered 504 after 20 s with some 1,600 characters typed
+        computer.press("ctrl", "d")
+        typed = wait_until(lambda: read_text(box, "/workspace/typed.txt"), "cat's file")
+        wait_until(lambda: read_text(box, "/workspace/typed.txt") == text, "every line", 60)
+        assert typed is not None
+        # A pace asked for that takes too long is refused before a character is typed.
+        api = Api(emu)
+        slow = {"text": "echo " + "r" * 200 + " > /workspace/refused.txt\n", "delay_in_ms": 1000}
+        keyboard = f"/v1/sandboxes/{box.id}/computer/keyboard/type"
+        refused = api.call("POST", keyboard, json=slow)
+        assert refused.status_code == 400 and "smaller delay_in_ms" in refused.text
+        computer.type("echo done > /workspace/done.txt\n")
+        wait_until(lambda: read_text(box, "/workspace/done.txt") == "done\n", "the next line")
+        assert read_text(box, "/workspace/refused.txt") is None
