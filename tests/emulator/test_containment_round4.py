@@ -140,6 +140,63 @@ def test_the_sandbox_that_swapped_keeps_its_disk_once_the_link_goes(
     assert_untouched(target)
 
 
+# -- 2. mount paths: mounted and working, or refused at attach ------------------------------
+
+SDK_ACCEPTS = [
+    "/run/createos-emulator/x", "/run/createos-emulator/reporter.py", "/run",
+    "/mnt/" + "n" * 300, "/mnt/" + "n" * 255, "/" + "/".join(["d" * 200] * 20),
+    "/etc/hosts", "/etc/resolv.conf/x", "/etc", "/usr", "/bin", "/bin/x", "/home",
+    "/workspace", "/workspace/data", "/home/user/x", "/tmp/x", "/etc/x", "/mnt/a b", "/mnt/é",
+]  # fmt: skip
+
+
+def test_every_mount_path_the_sdk_accepts_works_or_is_refused_at_attach(bwrap_api: Api) -> None:
+    from createos_sync._resources.checks import mount_path
+
+    disk_id = bwrap_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = bwrap_api.sandbox()
+    attach = f"/v1/sandboxes/{sandbox}/disks"
+    mounted = 0
+    for path in SDK_ACCEPTS:
+        assert mount_path(path) == path
+        answer = bwrap_api.call("POST", attach, json={"disk_id": disk_id, "mount_path": path})
+        if answer.status_code == 400:
+            assert answer.json()["message"].startswith(("mount_path", "each name", "this emu"))
+            continue
+        assert answer.status_code == 201, answer.text
+        mounted += 1
+        marker = f"{path}/.mounted-{mounted}"
+        result = run(bwrap_api, sandbox, f'touch "{marker}" && ls -a "{path}"')
+        assert result["exit_code"] == 0, (path[:40], result["stderr"])
+        read = bwrap_api.call("GET", f"/v1/sandboxes/{sandbox}/files", params={"path": marker})
+        assert read.status_code == 200, path[:40]
+        detach = f"{attach}/{disk_id}"
+        bwrap_api.data("DELETE", detach, params={"mount_path": path})
+    assert mounted >= 8  # most of them work
+
+
+def test_the_raw_api_refuses_what_the_sdk_refuses_with_its_words(mode_api: Api) -> None:
+    from createos_sync._resources.checks import mount_path, sub_path
+
+    disk_id = mode_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = mode_api.sandbox()
+    attach = f"/v1/sandboxes/{sandbox}/disks"
+    refused = ["/" + "a" * 4096, "//x", "/mnt/x/", "relative", "/proc/x", "/mnt/a\tb"]
+    for path in refused:
+        with pytest.raises(ValueError) as sdk:
+            mount_path(path)
+        answer = mode_api.call("POST", attach, json={"disk_id": disk_id, "mount_path": path})
+        assert answer.status_code == 400 and answer.json()["message"] == str(sdk.value)
+    for sub in ("a" * 4097, "/abs", "a/../b", "a\nb"):
+        with pytest.raises(ValueError) as sdk:
+            sub_path(sub)
+        body = {"disk_id": disk_id, "mount_path": "/mnt/s", "sub_path": sub}
+        answer = mode_api.call("POST", attach, json=body)
+        assert answer.status_code == 400 and answer.json()["message"] == str(sdk.value)
+    creation = {"shape": "s-1vcpu-1gb", "disks": [{"disk_id": disk_id, "mount_path": "//x"}]}
+    assert mode_api.call("POST", "/v1/sandboxes", json=creation).status_code == 400
+
+
 # -- 3. an access token never creates a sandbox ------------------------------------------
 
 

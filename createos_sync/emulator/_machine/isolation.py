@@ -143,6 +143,10 @@ class NoIsolation:
         """No layer: the files API serves the MOUNTS only."""
         return None
 
+    def copied(self) -> tuple[str, ...]:
+        """No file of a plain sandbox is its own copy."""
+        return ()
+
     def prepare(self, storage: Storage, *, wait: bool = False) -> None:
         """Nothing is mounted for a plain sandbox."""
 
@@ -198,6 +202,10 @@ class Bubblewrap:
         """Give every sandbox its own copy of ``text`` at ``target`` (``netns``): what one
         sandbox writes there, no other sandbox sees."""
         self._copies[target] = text
+
+    def copied(self) -> tuple[str, ...]:
+        """The paths every sandbox has its own copy of (bound over the image's file)."""
+        return tuple(self._copies)
 
     def layered(self, storage: Storage) -> Layered | None:
         """How the files API reaches the rest of the sandbox's tree (its layer, and the

@@ -17,7 +17,6 @@ destroy forgets it, the files stay.
 from __future__ import annotations
 
 import hashlib
-import posixpath
 import re
 import secrets
 import threading
@@ -27,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from .._machine.diskbind import DiskBind, SubPathRefused
-from .._machine.isolation import SYSTEM_DIRS, Isolation
+from .._machine.isolation import REPORTER_MOUNT, SYSTEM_DIRS, Isolation
+from .._machine.storage import MOUNTS
 from .._wire import ApiError, optional_text, text, timestamp
+from .mountpaths import check_mount_path, check_sub_path
 from .sandbox import Sandbox
 
 DISK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 WORD = re.compile(r"[\x21-\x7e]{1,255}\Z")
 ULID = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-RESERVED = ("/proc", "/sys", "/dev")
+REPORTER_DIR = REPORTER_MOUNT.rsplit("/", 1)[0]
 
 
 def _ulid() -> str:
@@ -154,22 +155,17 @@ class DiskStore:
             record = self._disks.get(disk_id)
         if record is None:
             raise ApiError(404, "disk not found (give its disk_ id)")
-        path = text(body, "mount_path", default="")
-        if (
-            not path.startswith("/")
-            or posixpath.normpath(path) != path
-            or path == "/"
-            or any(path == r or path.startswith(r + "/") for r in RESERVED)
-        ):
-            raise ApiError(400, "mount_path must be a normalised absolute path, not / or /proc")
+        own = (*(mount for mount, _ in MOUNTS), REPORTER_DIR, *self._isolation.copied())
+        path = check_mount_path(
+            text(body, "mount_path", default=""), own, SYSTEM_DIRS,
+            namespaced=self._isolation.namespaced,
+        )  # fmt: skip
         if self._isolation.namespaced and self._isolation.overlays is None and any(
             path == d or path.startswith(d + "/") for d in SYSTEM_DIRS
         ):  # bubblewrap cannot make a mount point in a read-only system directory
             raise ApiError(400, "this emulator shows system directories read-only (no "
                            "overlayfs): mount the disk elsewhere, such as under /mnt")  # fmt: skip
-        sub = optional_text(body, "sub_path") or ""
-        if sub and (sub[0] == "/" or ".." in sub.split("/") or posixpath.normpath(sub) != sub):
-            raise ApiError(400, "sub_path must be a relative path inside the bucket")
+        sub = check_sub_path(optional_text(body, "sub_path") or "")
         _checked(DiskBind(self._bucket_dir(record), sub))  # before a sandbox is made for it
         return record, path, sub
 
