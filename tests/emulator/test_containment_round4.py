@@ -7,15 +7,19 @@ longer than the desktop agent's answer takes. The host must never change.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import pytest
+import requests
 
 import createos_sync as cs
 from createos_sync.emulator import Emulator
 
+from ..ports import free_port
 from ..waiting import wait_until
 from .helpers import Api
 from .test_computer import needs_desktop, xterm
@@ -225,6 +229,111 @@ def test_a_template_workdir_through_a_link_never_makes_a_host_directory(
     with bwrap_api.emu.client() as client, pytest.raises(TemplateBuildError, match="WORKDIR"):
         client.build_template("linked", dockerfile)
     assert_untouched(target)
+
+
+# -- 4. preview cookies stay with the preview that set them ---------------------------------
+
+# Sets each ?c= as a Set-Cookie (an Upgrade too, answered 101), answers the Cookie it got.
+COOKIE_APP = r"""
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlsplit
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        cookies = parse_qs(urlsplit(self.path).query).get("c", [])
+        upgrade = bool(self.headers.get("Upgrade"))
+        body = b"" if upgrade else (self.headers.get("Cookie") or "-").encode()
+        self.send_response(101 if upgrade else 200)
+        for cookie in cookies:
+            self.send_header("Set-Cookie", cookie)
+        if upgrade:
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Upgrade", "echo")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+server.serve_forever()
+"""
+
+
+def cookie_app(box: cs.Lease) -> str:
+    """The preview URL of the cookie app in ``box``, once it listens."""
+    port = free_port()
+    box.write_file("/workspace/cookies.py", COOKIE_APP)
+    box.start(["python3", "/workspace/cookies.py", str(port)])
+    box.wait_for_port(port, timeout=30)
+    return box.preview_url(port)
+
+
+def test_a_preview_cookie_never_reaches_another_sandbox_in_the_host_form(
+    make_emu: Callable[..., Emulator],
+) -> None:
+    emu = make_emu(previews="host")
+    with (
+        emu.client() as client,
+        cs.lease(client=client, ingress=True) as a,
+        cs.lease(client=client, ingress=True) as b,
+        emu.preview_session() as browser,  # requests' cookie jar: http.cookiejar's policy
+    ):
+        url_a, url_b = cookie_app(a), cookie_app(b)
+        host_a = urlsplit(url_a).hostname
+        sent = ["wide=1; Domain=sb.localhost; Path=/", "dotted=1; Domain=.sb.localhost",
+                f"own=1; Domain={host_a}", "top=1; Domain=localhost; Path=/"]  # fmt: skip
+        for cookie in sent:
+            assert browser.get(url_a, params={"c": cookie}, timeout=10).ok
+        assert browser.get(url_b, timeout=10).text == "-"  # B's app receives none of them
+        assert browser.get(url_b + "deep/page", timeout=10).text == "-"
+        at_a = browser.get(url_a, timeout=10).text.split("; ")
+        assert sorted(at_a) == ["dotted=1", "own=1", "top=1", "wide=1"]
+        assert {c.domain for c in browser.cookies} == {host_a}  # host-only, A's host alone
+
+
+def test_a_preview_cookie_stays_under_its_path_in_the_path_form(
+    make_emu: Callable[..., Emulator],
+) -> None:
+    emu = make_emu(previews="path")
+    with (
+        emu.client() as client,
+        cs.lease(client=client, ingress=True) as a,
+        cs.lease(client=client, ingress=True) as b,
+        requests.Session() as browser,
+    ):
+        url_a, url_b = cookie_app(a), cookie_app(b)
+        prefix_a = urlsplit(url_a).path  # /_ingress/<a>/<port>/
+        for cookie in ("root=1; Path=/", "bare=1", "api=1; Path=/v1", "wide=1; Domain=127.0.0.1"):
+            assert browser.get(url_a, params={"c": cookie}, timeout=10).ok
+        assert browser.get(url_b, timeout=10).text == "-"  # another preview: none
+        api = browser.get(emu.url + "/v1/healthz", timeout=10)
+        assert api.ok and "Cookie" not in api.request.headers  # nor the API
+        assert sorted(browser.get(url_a + "page", timeout=10).text.split("; ")) == [
+            "bare=1", "root=1", "wide=1"
+        ]  # fmt: skip
+        assert "api=1" in browser.get(url_a + "v1/x", timeout=10).text  # its own /v1
+        assert {c.path for c in browser.cookies} == {prefix_a, prefix_a + "v1"}
+        # An upgrade's answer (a WebSocket's 101) is scoped the same way.
+        head = upgrade_head(url_a, "ws=1; Domain=localhost; Path=/")
+        assert f"Set-Cookie: ws=1; Path={prefix_a}\r\n".encode() in head
+
+
+def upgrade_head(url: str, cookie: str) -> bytes:
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET {parts.path}?c={quote(cookie)} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            "Connection: Upgrade\r\nUpgrade: echo\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(1024)
+            assert chunk, head
+            head += chunk
+    assert head.split(b" ", 2)[1] == b"101", head
+    return head
 
 
 # -- 5. type() of all the SDK accepts -------------------------------------------------------
