@@ -144,6 +144,24 @@ def test_the_sandbox_that_swapped_keeps_its_disk_once_the_link_goes(
     assert_untouched(target)
 
 
+@pytest.mark.parametrize("mount_path", ["/workspace/a/b", "/mnt/a/b"])
+def test_a_mount_point_swapped_for_a_link_never_makes_a_host_directory(
+    bwrap_api: Api, tmp_path: Path, mount_path: str
+) -> None:
+    """bubblewrap makes a missing mount point following links: a parent of it that a
+    command swapped for a link to ``/oldroot/...`` (the host, while bubblewrap sets up)
+    would have it make a host directory."""
+    target = host_dir(tmp_path)
+    disk_id = bwrap_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = bwrap_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": mount_path}])
+    parent = mount_path.rsplit("/", 1)[0]
+    swap = run(bwrap_api, sandbox, f"mv {parent} {parent}.old && ln -s /oldroot{target} {parent}")
+    assert swap["exit_code"] == 0, swap
+    result = run(bwrap_api, sandbox, "echo next")
+    assert result["exit_code"] != 0 and "mount point leads through a symlink" in result["stderr"]
+    assert_untouched(target)
+
+
 # -- 2. mount paths: mounted and working, or refused at attach ------------------------------
 
 SDK_ACCEPTS = [

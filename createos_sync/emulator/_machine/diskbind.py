@@ -24,13 +24,18 @@ REFUSED = (
     "a disk's sub_path leads through a symlink or a non-directory, which is never "
     "followed: refused (remove the link through a mount of the whole disk)"
 )
+MOUNT_POINT_REFUSED = (
+    "a disk's mount point leads through a symlink or a non-directory, which is never "
+    "followed: refused (detach the disk, remove the link, attach it again)"
+)
 
 
 class SubPathRefused(OSError):
-    """The sub path is (or passes through) a symlink or something not a directory."""
+    """A disk's sub path (or its mount point) is, or passes through, a symlink or something
+    not a directory."""
 
-    def __init__(self) -> None:
-        super().__init__(errno.ELOOP, REFUSED)
+    def __init__(self, what: str = "sub_path") -> None:
+        super().__init__(errno.ELOOP, REFUSED if what == "sub_path" else MOUNT_POINT_REFUSED)
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,9 @@ class Bubblewrap:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
         wait status on ``status_fds[1]``. Raises SubPathRefused (an OSError) for a disk's
         sub path swapped for a link: each disk is bound by the descriptor opened beneath it."""
+        layered = self.layered(storage)
+        for mount in sorted(storage.binds):  # outer ones first: an inner one is made in them
+            storage.make_mount_point(mount, layered)
         disks = _open_disks(storage)
         try:
             return self._launch(storage, argv, cwd, env, status_fds, disks, terminal=terminal)

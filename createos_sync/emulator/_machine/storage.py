@@ -133,6 +133,30 @@ class Storage:
         except (OSError, TimeoutError, concurrent.futures.TimeoutError):  # distinct in 3.10
             raise PathRefused(403, "the sandbox's tree cannot be opened") from None
 
+    def make_mount_point(self, mount: str, layered: Layered | None) -> None:
+        """Make a disk's mount point a directory reached with no symlink on the way, before
+        bubblewrap makes it (following any link a command planted there: onto the host).
+        Raises SubPathRefused (an OSError) for a link or a file on the way."""
+        outer = [(m, bind) for m, bind in self._disks() if mount.startswith(m + "/")]
+        within = [(m, name) for m, name in MOUNTS if mount.startswith(m + "/")]
+        if outer:  # the deepest disk around it
+            base, relative = outer[0][1].open(), mount[len(outer[0][0]) :]
+        elif within:
+            base, relative = open_base(str(self.root / within[0][1])), mount[len(within[0][0]) :]
+        elif layered is not None and mount not in dict(MOUNTS):
+            base, relative = layered(mount)
+        else:
+            return  # a storage directory, or a fresh root for every command: nothing planted
+        try:
+            parts = [part for part in relative.split("/") if part]
+            os.close(open_directory(base, parts, create=True, links=False))
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR, errno.EEXIST):
+                raise SubPathRefused("mount point") from None
+            raise
+        finally:
+            os.close(base)
+
     def make_dirs(self, sandbox_path: str) -> None:
         """``mkdir -p`` of a path under a disk or one of the MOUNTS, beneath its directory:
         a link a command made there is followed only while it stays below. Raises
