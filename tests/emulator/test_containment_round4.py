@@ -387,3 +387,18 @@ def test_type_types_all_the_sdk_accepts_or_refuses_before_typing(emu: Emulator) 
         computer.type("echo done > /workspace/done.txt\n")
         wait_until(lambda: read_text(box, "/workspace/done.txt") == "done\n", "the next line")
         assert read_text(box, "/workspace/refused.txt") is None
+
+
+def test_the_typing_pace_fits_the_sdks_default_timeout() -> None:
+    from createos_sync.config import Config
+    from createos_sync.emulator._machine.desktop import typing_pace
+    from createos_sync.emulator._service.api_computer import ANSWER_SPARE, MAX_TEXT
+    from createos_sync.emulator._wire import ApiError
+
+    assert typing_pace(10, 0)[0] == 12  # xdotool's own pace for short text
+    delay, seconds = typing_pace(MAX_TEXT, 0)
+    default = Config(api_key="k", base_url="http://127.0.0.1:1").timeout
+    assert delay == 0 and seconds + ANSWER_SPARE < default  # answered within it
+    assert typing_pace(100, 500) == (500, pytest.approx(170.2))  # as asked, when it fits
+    with pytest.raises(ApiError, match="smaller delay_in_ms"):
+        typing_pace(61, 1000)
