@@ -35,7 +35,8 @@ class SubPathRefused(OSError):
     not a directory."""
 
     def __init__(self, what: str = "sub_path") -> None:
-        super().__init__(errno.ELOOP, REFUSED if what == "sub_path" else MOUNT_POINT_REFUSED)
+        self.message = REFUSED if what == "sub_path" else MOUNT_POINT_REFUSED
+        super().__init__(errno.ELOOP, self.message)
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def _opened_disk(bind: DiskBind) -> int:
     try:
         return bind.open()
     except SubPathRefused as exc:
-        raise PathRefused(403, exc.strerror) from None
+        raise PathRefused(403, exc.message) from None
     except OSError:
         raise PathRefused(403, "the disk's directory cannot be opened") from None
 

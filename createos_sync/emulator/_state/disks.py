@@ -208,7 +208,7 @@ def _checked(bind: DiskBind) -> DiskBind:
     try:
         bind.check()
     except SubPathRefused as exc:
-        raise ApiError(400, exc.strerror) from None
+        raise ApiError(400, exc.message) from None
     return bind
 
 
