@@ -124,6 +124,22 @@ def test_a_sub_path_swapped_for_a_link_is_refused_to_other_sandboxes(
     assert_untouched(target)
 
 
+@pytest.mark.parametrize("bind_fd", [True, False])
+def test_a_bubblewrap_without_bind_fd_binds_the_opened_directory_too(
+    bwrap_api: Api, tmp_path: Path, bind_fd: bool
+) -> None:
+    """Where bubblewrap lacks ``--bind-fd``, the disk is bound from /proc/self/fd/N: the
+    directory that was opened, not a path looked up again."""
+    isolation = bwrap_api.emu._require_store().isolation
+    assert isolation.name == "bwrap"
+    isolation.bind_fd = bind_fd  # type: ignore[union-attr]
+    target = host_dir(tmp_path)
+    _, sandbox, _ = swap_sub_path_for_link(bwrap_api, target)  # mounted and used first
+    result = run(bwrap_api, sandbox, "echo planted > /mnt/job/planted.txt")
+    assert result["exit_code"] != 0 and "sub_path leads through a symlink" in result["stderr"]
+    assert_untouched(target)
+
+
 def test_the_sandbox_that_swapped_keeps_its_disk_once_the_link_goes(
     bwrap_api: Api, tmp_path: Path
 ) -> None:

@@ -34,6 +34,7 @@ forks for the command; see ``_terminal``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -195,6 +196,8 @@ class Bubblewrap:
         self._bwrap = executable
         self._python = python
         self._userns = userns  # root only: root inside a user namespace of its own
+        # Binds a disk by its descriptor (else by /proc/self/fd/N: the same directory).
+        self.bind_fd = _has_bind_fd(executable)
         self.overlays: Overlays | None = None  # set once probed: a writable layer
         self._copies: dict[str, str] = {}
 
@@ -285,7 +288,9 @@ class Bubblewrap:
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
         for fd, mount in disks:
-            cmd += ["--bind-fd", str(fd), mount]
+            cmd += ["--bind-fd", str(fd), mount] if self.bind_fd else [
+                "--bind", f"/proc/self/fd/{fd}", mount
+            ]  # fmt: skip
         # /proc/sys read-only: root's uid may write many sysctls without any capability.
         cmd += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         cmd += ["--chdir", cwd]
@@ -303,6 +308,16 @@ class Bubblewrap:
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks))
+
+
+@functools.cache
+def _has_bind_fd(executable: str) -> bool:
+    """Whether this bubblewrap has ``--bind-fd`` (not every distribution's does)."""
+    try:
+        shown = subprocess.run([executable, "--help"], capture_output=True, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--bind-fd" in shown.stdout + shown.stderr
 
 
 def _open_disks(storage: Storage) -> list[tuple[int, str]]:
