@@ -11,7 +11,9 @@ escaping one fails with EXDEV); where ``openat2`` is missing, the path is
 walked one component at a time with ``O_NOFOLLOW``, and every symlink is
 refused (ELOOP). A file is then made, renamed and opened relative to the
 descriptor of the very directory that was resolved: whatever the command
-renames meanwhile, that directory stays the one beneath ``base``.
+renames meanwhile, that directory stays the one beneath ``base``. Where no
+link may be followed at all (a disk's sub path: ``links=False``),
+``RESOLVE_NO_SYMLINKS`` refuses even one that stays below (ELOOP).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import struct
 
 SYS_OPENAT2 = 437  # the same number on every architecture (added after the tables merged)
-RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_BENEATH = 0x01, 0x02, 0x08
+RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 1, 2, 4, 8
 RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV
 DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -34,11 +36,15 @@ def open_base(base: str) -> int:
     return os.open(base, DIRECTORY)
 
 
-def open_beneath(base_fd: int, relative: str, flags: int, mode: int = 0) -> int:
-    """``openat`` of ``relative`` (no leading ``/``) that never leaves ``base_fd``'s tree."""
+def open_beneath(
+    base_fd: int, relative: str, flags: int, mode: int = 0, *, links: bool = True
+) -> int:
+    """``openat`` of ``relative`` (no leading ``/``) that never leaves ``base_fd``'s tree,
+    and follows no symlink at all unless ``links``."""
     relative = relative or "."
     if _openat2_works():
-        return _openat2(base_fd, relative, flags | os.O_CLOEXEC, mode)
+        resolve = RESOLVE if links else RESOLVE | RESOLVE_NO_SYMLINKS
+        return _openat2(base_fd, relative, flags | os.O_CLOEXEC, mode, resolve)
     fd = os.dup(base_fd)
     try:
         *parents, last = relative.split("/")
@@ -51,10 +57,11 @@ def open_beneath(base_fd: int, relative: str, flags: int, mode: int = 0) -> int:
         os.close(fd)
 
 
-def open_directory(base_fd: int, parts: list[str], *, create: bool) -> int:
-    """The directory ``parts`` below ``base_fd``; missing ones made (mode 755) if ``create``."""
+def open_directory(base_fd: int, parts: list[str], *, create: bool, links: bool = True) -> int:
+    """The directory ``parts`` below ``base_fd``; missing ones made (mode 755) if ``create``;
+    no symlink followed on the way unless ``links``."""
     try:
-        return open_beneath(base_fd, "/".join(parts), DIRECTORY)
+        return open_beneath(base_fd, "/".join(parts), DIRECTORY, links=links)
     except FileNotFoundError:
         if not create:
             raise
@@ -62,11 +69,11 @@ def open_directory(base_fd: int, parts: list[str], *, create: bool) -> int:
     try:
         for part in parts:
             try:
-                child = open_beneath(fd, part, DIRECTORY)
+                child = open_beneath(fd, part, DIRECTORY, links=links)
             except FileNotFoundError:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
-                child = open_beneath(fd, part, DIRECTORY)
+                child = open_beneath(fd, part, DIRECTORY, links=links)
             os.close(fd)
             fd = child
     except BaseException:
@@ -75,8 +82,8 @@ def open_directory(base_fd: int, parts: list[str], *, create: bool) -> int:
     return fd
 
 
-def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
-    how = struct.pack("QQQ", flags, mode, RESOLVE)
+def _openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int = RESOLVE) -> int:
+    how = struct.pack("QQQ", flags, mode, resolve)
     fd = _libc().syscall(SYS_OPENAT2, dir_fd, os.fsencode(path), how, len(how))
     if fd < 0:
         err = ctypes.get_errno()

@@ -92,12 +92,12 @@ class Screen:
         quiet = QUIET if stderr is None else {**QUIET, "stderr": stderr}
         return subprocess.Popen(argv, env=self.env, start_new_session=True, **quiet)
 
-    def run(self, *argv: str, settle: float | None = None) -> str:
+    def run(self, *argv: str, settle: float | None = None, timeout: float = TOOL_TIMEOUT) -> str:
         """Run an X tool on this display; its output. With ``settle``, a tool still waiting
         after that many seconds is done: xdotool's ``--sync`` waits for a change, forever
         when there is none (a window asked for the size it already has)."""
         try:
-            timeout = settle or TOOL_TIMEOUT
+            timeout = settle or timeout
             done = subprocess.run(argv, env=self.env, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             if settle is not None:
@@ -252,8 +252,10 @@ class Desktop:
         self.op_mouse_down(request, "mouseup")
 
     def op_keyboard_type(self, request: Request) -> None:
-        delay = str(request.get("delay_in_ms") or 12)
-        self.screen(request).run("xdotool", "type", "--delay", delay, "--", request["text"])
+        """At the pace the service chose (``desktop.typing_pace``), within its time."""
+        delay, seconds = str(request["delay_in_ms"]), float(request["seconds"])
+        argv = ("xdotool", "type", "--delay", delay, "--", request["text"])
+        self.screen(request).run(*argv, timeout=seconds)
 
     def op_keyboard_press(self, request: Request) -> None:
         chord = "+".join(_keysym(key) for key in request["keys"])

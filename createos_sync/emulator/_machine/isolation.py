@@ -34,6 +34,7 @@ forks for the command; see ``_terminal``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -96,11 +97,13 @@ COPIES = ".etc"  # a sandbox's own copies of /etc files (``copy_over``), in its 
 
 @dataclass(frozen=True)
 class Launch:
-    """What to hand to ``subprocess.Popen`` for one command."""
+    """What to hand to ``subprocess.Popen`` for one command; ``fds`` (the disks' directories)
+    are passed to it, and closed by the caller once it started (or failed to)."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    fds: tuple[int, ...] = ()
 
 
 class NoIsolation:
@@ -120,7 +123,10 @@ class NoIsolation:
         *,
         terminal: bool = False,
     ) -> Launch:
-        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here)."""
+        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here).
+        Raises SubPathRefused (an OSError) for a disk's sub path swapped for a link."""
+        for bind in storage.binds.values():
+            bind.check()
         base = {
             "PATH": BASE_PATH,
             "HOME": str(storage.dir("/home/user")),
@@ -137,6 +143,10 @@ class NoIsolation:
     def layered(self, storage: Storage) -> Layered | None:
         """No layer: the files API serves the MOUNTS only."""
         return None
+
+    def copied(self) -> tuple[str, ...]:
+        """No file of a plain sandbox is its own copy."""
+        return ()
 
     def prepare(self, storage: Storage, *, wait: bool = False) -> None:
         """Nothing is mounted for a plain sandbox."""
@@ -155,7 +165,7 @@ def _sandbox_paths(text: str, storage: Storage) -> str:
     quoting in a shell script (true of the emulator's own temporary root).
     """
     dirs = {mount: str(storage.dir(mount)) for mount, _ in MOUNTS}
-    dirs.update((mount, str(host)) for mount, host in storage.binds.items())  # disks
+    dirs.update((mount, str(bind.path)) for mount, bind in storage.binds.items())  # disks
     if not all(SHELL_SAFE.fullmatch(d) for d in dirs.values()):
         return text
     pattern = sandbox_paths_pattern(dirs) if storage.binds else SANDBOX_PATH
@@ -186,6 +196,8 @@ class Bubblewrap:
         self._bwrap = executable
         self._python = python
         self._userns = userns  # root only: root inside a user namespace of its own
+        # Binds a disk by its descriptor (else by /proc/self/fd/N: the same directory).
+        self.bind_fd = _has_bind_fd(executable)
         self.overlays: Overlays | None = None  # set once probed: a writable layer
         self._copies: dict[str, str] = {}
 
@@ -193,6 +205,10 @@ class Bubblewrap:
         """Give every sandbox its own copy of ``text`` at ``target`` (``netns``): what one
         sandbox writes there, no other sandbox sees."""
         self._copies[target] = text
+
+    def copied(self) -> tuple[str, ...]:
+        """The paths every sandbox has its own copy of (bound over the image's file)."""
+        return tuple(self._copies)
 
     def layered(self, storage: Storage) -> Layered | None:
         """How the files API reaches the rest of the sandbox's tree (its layer, and the
@@ -234,7 +250,30 @@ class Bubblewrap:
         terminal: bool = False,
     ) -> Launch:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
-        wait status on ``status_fds[1]``."""
+        wait status on ``status_fds[1]``. Raises SubPathRefused (an OSError) for a disk's
+        sub path swapped for a link: each disk is bound by the descriptor opened beneath it."""
+        layered = self.layered(storage)
+        for mount in sorted(storage.binds):  # outer ones first: an inner one is made in them
+            storage.make_mount_point(mount, layered)
+        disks = _open_disks(storage)
+        try:
+            return self._launch(storage, argv, cwd, env, status_fds, disks, terminal=terminal)
+        except BaseException:
+            for fd, _ in disks:
+                os.close(fd)
+            raise
+
+    def _launch(
+        self,
+        storage: Storage,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        status_fds: tuple[int, int],
+        disks: list[tuple[int, str]],
+        *,
+        terminal: bool,
+    ) -> Launch:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
@@ -248,8 +287,10 @@ class Bubblewrap:
             cmd += ["--bind", str(_own_copy(storage, target, text)), target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
-        for mount, host in sorted(storage.binds.items()):  # persistent disks, outer ones first
-            cmd += ["--bind", str(host), mount]
+        for fd, mount in disks:
+            cmd += ["--bind-fd", str(fd), mount] if self.bind_fd else [
+                "--bind", f"/proc/self/fd/{fd}", mount
+            ]  # fmt: skip
         # /proc/sys read-only: root's uid may write many sysctls without any capability.
         cmd += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         cmd += ["--chdir", cwd]
@@ -266,7 +307,30 @@ class Bubblewrap:
             if terminal:  # no reporter: bubblewrap's own session owns the pty
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
-        return Launch(cmd, str(storage.root), {**base, **env})
+        return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks))
+
+
+@functools.cache
+def _has_bind_fd(executable: str) -> bool:
+    """Whether this bubblewrap has ``--bind-fd`` (not every distribution's does)."""
+    try:
+        shown = subprocess.run([executable, "--help"], capture_output=True, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--bind-fd" in shown.stdout + shown.stderr
+
+
+def _open_disks(storage: Storage) -> list[tuple[int, str]]:
+    """(Descriptor, mount path) of every disk, outer mounts first; all closed on a refusal."""
+    opened: list[tuple[int, str]] = []
+    try:
+        for mount, bind in sorted(storage.binds.items()):
+            opened.append((bind.open(), mount))
+    except BaseException:
+        for fd, _ in opened:
+            os.close(fd)
+        raise
+    return opened
 
 
 def _own_copy(storage: Storage, target: str, text: str) -> Path:

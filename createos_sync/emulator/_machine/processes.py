@@ -116,10 +116,12 @@ class ManagedProcess:
         # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
         status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
+        disks: tuple[int, ...] = ()  # the disks' directories, bound by descriptor
         try:
             launch = isolation.launch(
                 storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
             )
+            disks = launch.fds
             popen = subprocess.Popen(
                 launch.argv,
                 cwd=launch.cwd,
@@ -128,16 +130,16 @@ class ManagedProcess:
                 stdout=ends.child[1],
                 stderr=ends.child[2],
                 start_new_session=True,
-                pass_fds=status_fds,
+                pass_fds=(*status_fds, *disks),
             )
-        except (OSError, FutureTimeout) as exc:  # no command, or no layer to run it in
+        except (OSError, FutureTimeout) as exc:  # no command, no layer, a disk refused
             ends.close_ours()
             os.close(status_r)
             self._fail(exc)
             return
         finally:
             ends.close_child()
-            for fd in set(status_fds):
+            for fd in {*status_fds, *disks}:
                 os.close(fd)
         self._pid = popen.pid
         self._stdin = ends.stdin

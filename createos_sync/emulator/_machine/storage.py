@@ -10,7 +10,8 @@ Files are opened beneath the tree's directory (``beneath``): a symlink or a
 directory swapped by a sandboxed command cannot make the API read or write a
 host file, however the two race. (A symlink is followed only while it stays
 below: an absolute one, such as a link to ``/workspace/x`` made inside
-bubblewrap, is refused.)
+bubblewrap, is refused.) A disk's sub path follows no link at all
+(``diskbind``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .beneath import open_base, open_beneath, open_directory
+from .diskbind import DiskBind, SubPathRefused
 from .layers import UPPER, copy_tree, locate, remove_tree
 
 MOUNTS = (("/workspace", "workspace"), ("/tmp", "tmp"), ("/home/user", "home"))
@@ -49,8 +51,8 @@ class Storage:
     def __init__(self, root: Path, lowers: tuple[Path, ...] = ()) -> None:
         self.root = root
         self.lowers = lowers  # template layers under this sandbox's own, topmost first
-        # Persistent disks: mount path -> the host directory standing in for the bucket.
-        self.binds: dict[str, Path] = {}
+        # Persistent disks: mount path -> the bucket's directory and the sub path in it.
+        self.binds: dict[str, DiskBind] = {}
 
     @property
     def layer(self) -> Path:
@@ -80,15 +82,15 @@ class Storage:
 
     def host_path(self, sandbox_path: str) -> Path | None:
         """The host path of a sandbox path under a disk or one of the MOUNTS, else None."""
-        for mount, host in self._disks():
+        for mount, bind in self._disks():
             if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
-                return host / sandbox_path[len(mount) :].lstrip("/")
+                return bind.path / sandbox_path[len(mount) :].lstrip("/")
         for mount, name in MOUNTS:
             if sandbox_path == mount or sandbox_path.startswith(mount + "/"):
                 return self.root / name / sandbox_path[len(mount) :].lstrip("/")
         return None
 
-    def _disks(self) -> list[tuple[str, Path]]:
+    def _disks(self) -> list[tuple[str, DiskBind]]:
         """The disks' mounts, the deepest first (a disk may be mounted inside /workspace)."""
         return sorted(self.binds.items(), key=lambda bind: -len(bind[0]))
 
@@ -113,9 +115,9 @@ class Storage:
         if ".." in sandbox_path.split("/"):
             raise PathRefused(400, "path must not contain '..'")
         path = posixpath.normpath(sandbox_path)
-        for mount, host in self._disks():
+        for mount, bind in self._disks():
             if path == mount or path.startswith(mount + "/"):
-                return _opened(str(host)), path[len(mount) :].strip("/")
+                return _opened_disk(bind), path[len(mount) :].strip("/")
         for mount, name in MOUNTS:
             if path == mount or path.startswith(mount + "/"):
                 return _opened(str(self.root / name)), path[len(mount) :].strip("/")
@@ -130,6 +132,40 @@ class Storage:
             return layered(path)
         except (OSError, TimeoutError, concurrent.futures.TimeoutError):  # distinct in 3.10
             raise PathRefused(403, "the sandbox's tree cannot be opened") from None
+
+    def make_mount_point(self, mount: str, layered: Layered | None) -> None:
+        """Make a disk's mount point a directory reached with no symlink on the way, before
+        bubblewrap makes it (following any link a command planted there: onto the host).
+        Raises SubPathRefused (an OSError) for a link or a file on the way."""
+        outer = [(m, bind) for m, bind in self._disks() if mount.startswith(m + "/")]
+        within = [(m, name) for m, name in MOUNTS if mount.startswith(m + "/")]
+        if outer:  # the deepest disk around it
+            base, relative = outer[0][1].open(), mount[len(outer[0][0]) :]
+        elif within:
+            base, relative = open_base(str(self.root / within[0][1])), mount[len(within[0][0]) :]
+        elif layered is not None and mount not in dict(MOUNTS):
+            base, relative = layered(mount)
+        else:
+            return  # a storage directory, or a fresh root for every command: nothing planted
+        try:
+            parts = [part for part in relative.split("/") if part]
+            os.close(open_directory(base, parts, create=True, links=False))
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR, errno.EEXIST):
+                raise SubPathRefused("mount point") from None
+            raise
+        finally:
+            os.close(base)
+
+    def make_dirs(self, sandbox_path: str) -> None:
+        """``mkdir -p`` of a path under a disk or one of the MOUNTS, beneath its directory:
+        a link a command made there is followed only while it stays below. Raises
+        PathRefused, or OSError for a link leading out."""
+        base_fd, relative = self.place(sandbox_path)
+        try:
+            os.close(open_directory(base_fd, [p for p in relative.split("/") if p], create=True))
+        finally:
+            os.close(base_fd)
 
     def write(
         self, sandbox_path: str, chunks: Iterator[bytes], layered: Layered | None = None
@@ -173,6 +209,15 @@ def _opened(base: str) -> int:
         return open_base(base)
     except OSError:
         raise PathRefused(403, "the sandbox's tree cannot be opened") from None
+
+
+def _opened_disk(bind: DiskBind) -> int:
+    try:
+        return bind.open()
+    except SubPathRefused as exc:
+        raise PathRefused(403, exc.message) from None
+    except OSError:
+        raise PathRefused(403, "the disk's directory cannot be opened") from None
 
 
 def _replace(parent: int, name: str, chunks: Iterator[bytes]) -> int:

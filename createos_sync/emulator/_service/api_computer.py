@@ -17,6 +17,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
+from .._machine.desktop import typing_pace
 from .._state.desktops import Desktops
 from .._wire import ApiError, integer, json_body, query_int, success, text, text_list
 
@@ -55,6 +56,7 @@ MAX_COORDINATE = 32767
 MAX_SIDE = 8192
 MAX_REPEAT = 100
 MAX_TEXT = 100_000
+ANSWER_SPARE = 10.0  # seconds an answer may take beyond the agent's own limit for its tool
 BUTTONS = ("left", "middle", "right")
 KEY = re.compile(r"[A-Za-z0-9_+-]{1,64}\Z")
 APPLICATION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
@@ -70,11 +72,17 @@ class ComputerApi:
         """The handler of each operation of ``ROUTES``."""
         return {op: getattr(self, op.removeprefix("computer.")) for _, _, op in ROUTES}
 
-    def _ask(self, request: Request, sandbox_id: str, op: str, **fields: Any) -> Any:
+    def _ask(
+        self, request: Request, sandbox_id: str, op: str, answer_s: float | None = None,
+        **fields: Any,
+    ) -> Any:  # fmt: skip
         screen = request.args.get("screen_id") or "screen-0"
         if not SCREEN_ID.match(screen):
             raise ApiError(400, "screen_id must be one of screen-0 .. screen-7")
-        return self._desktops.ask(sandbox_id, {"op": op, "screen": screen, **fields})
+        asked = {"op": op, "screen": screen, **fields}
+        if answer_s is None:
+            return self._desktops.ask(sandbox_id, asked)
+        return self._desktops.ask(sandbox_id, asked, timeout=answer_s)
 
     def _done(self, request: Request, sandbox_id: str, op: str, **fields: Any) -> Response:
         self._ask(request, sandbox_id, op, **fields)
@@ -151,9 +159,13 @@ class ComputerApi:
     def keyboard(self, request: Request, sandbox_id: str, verb: str) -> Response:
         body = json_body(request)
         if verb == "type":
-            delay = integer(body, "delay_in_ms", 0, 1000, 0)
+            asked = integer(body, "delay_in_ms", 0, 1000, 0) or 0
             value = _text(body, "text")
-            return self._done(request, sandbox_id, "keyboard.type", text=value, delay_in_ms=delay)
+            delay, seconds = typing_pace(len(value), asked)  # a 400 before anything is typed
+            return self._done(
+                request, sandbox_id, "keyboard.type", answer_s=seconds + ANSWER_SPARE,
+                text=value, delay_in_ms=delay, seconds=seconds,
+            )  # fmt: skip
         keys = text_list(body, "keys")
         if not keys or not all(KEY.match(k) for k in keys):
             raise ApiError(400, "keys must be key names such as ctrl, c or Return")

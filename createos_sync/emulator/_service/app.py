@@ -119,8 +119,11 @@ ROUTES = (
     ("/_emulator/requests", "GET", "admin.requests"),
 )
 PUBLIC = frozenset({"healthz", "shapes", "rootfs"})
-# A sandbox access token may not mint keys (the account's key manages them).
-NOT_FOR_TOKENS = frozenset({"token.create", "token.rotate", "token.get", "token.delete"})
+# A sandbox access token may not mint keys (the account's key manages them), nor make a
+# sandbox: a fork would be one that no lease or journal knows and the token cannot destroy.
+NOT_FOR_TOKENS = frozenset(
+    {"token.create", "token.rotate", "token.get", "token.delete", "sandbox.fork"}
+)
 ACCOUNT = "account"
 
 Handler = Callable[..., Response]

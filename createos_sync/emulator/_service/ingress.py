@@ -51,13 +51,14 @@ from .._machine.listeners import Listener
 from .._machine.netns import AGENT_PORT, PrivateNet
 from .._wire import ApiError
 from .hangups import Hangups
-from .previews import PREFIX, host_form
+from .previews import PREFIX, host_form, scoped_cookie
 
 if TYPE_CHECKING:
     from .._state.sandbox import Sandbox
     from .._state.sandboxes import SandboxStore
 
 CHUNK = 64 * 1024
+MAX_HEAD = 64 * 1024  # an upgrade's answer head, read whole to scope its cookies
 CONNECT_TIMEOUT = 10.0
 IDLE_TIMEOUT = 600.0  # a proxied exchange silent for this long in both directions is dropped
 SANDBOX_ID = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
@@ -228,6 +229,8 @@ class _Exchange:
                 continue
             if name.lower() == "location":
                 value = self._location(value)
+            elif name.lower() == "set-cookie":
+                value = scoped_cookie(value, self.prefix)  # this preview's alone (previews)
             headers.append((name, value))
         start_response(f"{response.status} {response.reason}", headers)
         relay = _Relay(response, conn, self.sandbox)
@@ -315,7 +318,10 @@ class _Exchange:
         with _active(self.sandbox), upstream:
             try:
                 upstream.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-                _splice(client, upstream)
+                head = _answer_head(upstream, self.prefix)
+                if head is not None:  # else cut: no head to scope the cookies of
+                    client.sendall(head)
+                    _splice(client, upstream)
             finally:
                 with contextlib.suppress(OSError):
                     client.shutdown(socket.SHUT_RDWR)
@@ -396,6 +402,29 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
                     peers[source].sendall(data)
                 except OSError:
                     return
+
+
+def _answer_head(upstream: socket.socket, prefix: str) -> bytes | None:
+    """The upstream's answer head to an upgrade (and what followed it), its cookies scoped
+    as a forwarded answer's are; None if it sends none within MAX_HEAD bytes."""
+    data = b""
+    upstream.settimeout(IDLE_TIMEOUT)
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = upstream.recv(CHUNK)
+            if not chunk or len(data) > MAX_HEAD:
+                return None
+            data += chunk
+    except OSError:
+        return None
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.split(b"\r\n")
+    for i, line in enumerate(lines):
+        name, colon, value = line.partition(b":")
+        if colon and name.strip().lower() == b"set-cookie":
+            scoped = scoped_cookie(value.decode("latin-1").strip(), prefix)
+            lines[i] = b"Set-Cookie: " + scoped.encode("latin-1")
+    return b"\r\n".join(lines) + b"\r\n\r\n" + rest
 
 
 def _target(environ: dict[str, Any], prefix: str) -> str:

@@ -13,10 +13,21 @@ does (systemd-resolved, nss-myhostname): elsewhere ``session()`` gives a
 ``requests`` session that connects them to the emulator as a browser would.
 
 The ``path`` form, ``http://127.0.0.1:PORT/_ingress/<sandbox id>/<port>/``,
-works for every client, but all previews then share the API's origin:
-what one sandbox's page sets (a cookie with ``Path=/``) reaches every other
-one. ``auto`` chooses the host form where this machine's resolver answers
+works for every client, but all previews then share the API's origin.
+``auto`` chooses the host form where this machine's resolver answers
 ``*.localhost`` by itself, without asking a DNS server, else the path form.
+
+Cookies (``scoped_cookie``): ``sb.localhost`` is no public suffix, so a
+browser would take ``Domain=sb.localhost`` from one preview and send it to
+every other one; the proxy drops every ``Domain`` attribute of a preview's
+``Set-Cookie``, so that a cookie its server sets is its host's alone. In the
+path form it also puts the cookie's ``Path`` under the preview's prefix, so
+that it is sent to that preview's pages alone (not to another preview's, nor
+to the API). What neither form can stop: a script in a page setting
+``document.cookie`` itself (the host form: for ``sb.localhost``, which other
+previews then receive; the path form: anything, its pages sharing one
+origin with every other preview's). The host form keeps pages apart; the
+path form keeps only cookie jars apart.
 """
 
 from __future__ import annotations
@@ -82,6 +93,27 @@ def host_form(environ: dict[str, Any]) -> tuple[str, int] | None:
     if match is None or not 1 <= int(match.group(1)) <= 65535:
         return None
     return match.group(2), int(match.group(1))
+
+
+def scoped_cookie(value: str, prefix: str) -> str:
+    """A ``Set-Cookie`` value kept to the preview that sent it: no ``Domain`` (the cookie is
+    its host's alone), and under ``prefix`` (the path form's, "" in the host form) a
+    ``Path`` inside it: ``Path=/app`` becomes ``Path=<prefix>/app``, none ``<prefix>/``."""
+    pair, *attributes = value.split(";")
+    kept, path = [pair.strip()], None
+    for attribute in attributes:
+        name, _, given = attribute.strip().partition("=")
+        if name.strip().lower() == "domain":
+            continue
+        if name.strip().lower() == "path":
+            path = given.strip()
+            continue
+        kept.append(attribute.strip())
+    if prefix:
+        path = prefix + (path if path and path.startswith("/") else "/")
+    if path is not None:
+        kept.append(f"Path={path}")
+    return "; ".join(kept)
 
 
 def resolves_localhost_names() -> bool:

@@ -25,7 +25,7 @@ from .._machine.journal import End, Frame
 from .._machine.layers import PRIVATE, UPPER, remove_tree
 from .._machine.netns import Network
 from .._machine.processes import Command, StdinClosed
-from .._machine.storage import Storage
+from .._machine.storage import PathRefused, Storage
 from . import bases
 from .catalog import DEFAULT_ROOTFS, ROOTFS_NAMES
 from .dockerfile import (
@@ -161,9 +161,14 @@ class Build:
             template.log.add(f"{step.keyword} has no effect on a sandbox: skipped")
 
     def _make_dir(self, path: str) -> None:
-        mapped = self.storage.host_path(path)
-        if mapped is not None:
-            mapped.mkdir(parents=True, exist_ok=True)
+        if self.storage.host_path(path) is not None:  # made beneath the storage, as files are
+            try:
+                self.storage.make_dirs(path)
+            except (OSError, PathRefused):
+                raise BuildFailed(
+                    f"WORKDIR {path[:MAX_SHOWN]} could not be created: a symlink leads out "
+                    "of the sandbox's tree (or it is not a directory)"
+                ) from None
             return
         if self.store.isolation.overlays is None:
             raise BuildFailed(

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._machine.desktop import (
     AGENT,
+    ANSWER_TIMEOUT,
     DEFAULT_SIZE,
     IMAGE,
     KIND,
@@ -39,12 +40,15 @@ class Desktops:
         self._launcher = LAUNCHER.read_text(encoding="utf-8")
         self._image = IMAGE.read_text(encoding="utf-8")
 
-    def ask(self, sandbox_id: str, request: dict[str, Any]) -> Any:
-        """Run one request on the desktop of a running ``desktop:1`` sandbox."""
+    def ask(
+        self, sandbox_id: str, request: dict[str, Any], *, timeout: float = ANSWER_TIMEOUT
+    ) -> Any:
+        """Run one request on the desktop of a running ``desktop:1`` sandbox; ``timeout``:
+        how long its answer may take."""
         sandbox = self._store.running(sandbox_id)
         if sandbox.spec.rootfs != ROOTFS:
             raise ApiError(400, f"this sandbox has no desktop: create it with rootfs {ROOTFS}")
-        return self._desktop(sandbox_id).ask(request)
+        return self._desktop(sandbox_id).ask(request, timeout=timeout)
 
     def _desktop(self, sandbox_id: str) -> Desktop:
         with self._lock:

@@ -7,15 +7,16 @@ deleted registration leaves them (as deleting one leaves the bucket).
 Credentials are checked for shape and dropped: nothing here ever uses or
 keeps them. A mount binds the bucket's directory (or its ``sub_path``) at
 the mount path of every command started afterwards (bubblewrap: a bind;
-plain mode: the path mapping), and the files API reaches it there too. A
-mount outlives nothing: the sandbox's destroy forgets it, the files stay.
+plain mode: the path mapping), and the files API reaches it there too. The
+sub path is opened beneath the bucket's directory, following no symlink, at
+every one of those uses (``diskbind``): a sandbox that mounts the disk whole
+may swap it for a link at any time. A mount outlives nothing: the sandbox's
+destroy forgets it, the files stay.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import posixpath
 import re
 import secrets
 import threading
@@ -24,14 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._machine.isolation import SYSTEM_DIRS, Isolation
+from .._machine.diskbind import DiskBind, SubPathRefused
+from .._machine.isolation import REPORTER_MOUNT, SYSTEM_DIRS, Isolation
+from .._machine.storage import MOUNTS
 from .._wire import ApiError, optional_text, text, timestamp
+from .mountpaths import check_mount_path, check_sub_path
 from .sandbox import Sandbox
 
 DISK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 WORD = re.compile(r"[\x21-\x7e]{1,255}\Z")
 ULID = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-RESERVED = ("/proc", "/sys", "/dev")
+REPORTER_DIR = REPORTER_MOUNT.rsplit("/", 1)[0]
 
 
 def _ulid() -> str:
@@ -68,7 +72,7 @@ class Mount:
     disk: DiskRecord
     mount_path: str
     sub_path: str
-    host: Path
+    bind: DiskBind
 
     def to_json(self) -> dict[str, Any]:
         record = self.disk.to_json()
@@ -151,35 +155,27 @@ class DiskStore:
             record = self._disks.get(disk_id)
         if record is None:
             raise ApiError(404, "disk not found (give its disk_ id)")
-        path = text(body, "mount_path", default="")
-        if (
-            not path.startswith("/")
-            or posixpath.normpath(path) != path
-            or path == "/"
-            or any(path == r or path.startswith(r + "/") for r in RESERVED)
-        ):
-            raise ApiError(400, "mount_path must be a normalised absolute path, not / or /proc")
+        own = (*(mount for mount, _ in MOUNTS), REPORTER_DIR, *self._isolation.copied())
+        path = check_mount_path(
+            text(body, "mount_path", default=""), own, SYSTEM_DIRS,
+            namespaced=self._isolation.namespaced,
+        )  # fmt: skip
         if self._isolation.namespaced and self._isolation.overlays is None and any(
             path == d or path.startswith(d + "/") for d in SYSTEM_DIRS
         ):  # bubblewrap cannot make a mount point in a read-only system directory
             raise ApiError(400, "this emulator shows system directories read-only (no "
                            "overlayfs): mount the disk elsewhere, such as under /mnt")  # fmt: skip
-        sub = optional_text(body, "sub_path") or ""
-        if sub and (sub[0] == "/" or ".." in sub.split("/") or posixpath.normpath(sub) != sub):
-            raise ApiError(400, "sub_path must be a relative path inside the bucket")
+        sub = check_sub_path(optional_text(body, "sub_path") or "")
+        _checked(DiskBind(self._bucket_dir(record), sub))  # before a sandbox is made for it
         return record, path, sub
 
     def mount(self, sandbox: Sandbox, record: DiskRecord, path: str, sub: str) -> Mount:
-        bucket = self._bucket_dir(record)
-        bucket.mkdir(parents=True, exist_ok=True)
-        host = _inside(bucket, bucket / sub if sub else bucket)
-        host.mkdir(parents=True, exist_ok=True)
-        host = _inside(bucket, host)  # a symlink planted by a sandbox leads nowhere else
-        mount = Mount(record, path, sub, host)
+        bind = _checked(DiskBind(self._bucket_dir(record), sub))  # checked again at each use
+        mount = Mount(record, path, sub, bind)
         with self._lock, sandbox.lock:
             if path in sandbox.storage.binds:
                 raise ApiError(409, "something is already mounted at mount_path")
-            sandbox.storage.binds[path] = host
+            sandbox.storage.binds[path] = bind
             self._mounts.setdefault(sandbox.id, []).append(mount)
         return mount
 
@@ -207,13 +203,13 @@ class DiskStore:
         return self._buckets / f"{readable}-{key}"
 
 
-def _inside(bucket: Path, path: Path) -> Path:
-    """``path`` resolved, if it stays in the bucket's directory (a sandbox may have made
-    a symlink there, which a bind mount would follow onto the host)."""
-    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(bucket))
-    if real != root and root not in real.parents:
-        raise ApiError(400, "sub_path leads out of the disk (through a symlink)")
-    return real
+def _checked(bind: DiskBind) -> DiskBind:
+    """``bind``, its sub path made if missing; 400 if a sandbox put a link on its way."""
+    try:
+        bind.check()
+    except SubPathRefused as exc:
+        raise ApiError(400, exc.message) from None
+    return bind
 
 
 def _check_credentials(value: object) -> None:
