@@ -27,8 +27,8 @@ from .._commands.command import Command
 from .._commands.output import TailBuffer
 from .._sandboxes.box import Box
 from .._sandboxes.options import check_seconds
-from ..errors import LeaseClosed
 from .._wire.server_text import log_line
+from ..errors import LeaseClosed
 from . import _frames
 from ._results import Execution, ExecutionError, Result
 
@@ -150,38 +150,53 @@ class CodeContext:
         return kernel, restarted
 
     def _collect(self, kernel: _Kernel, cell: _Cell, limit: float) -> Execution:
-        """Read the cell's frames until its end; Ctrl-C interrupts the cell in the sandbox."""
+        """Read the cell's frames until its end; Ctrl-C interrupts the cell in the sandbox
+        (1 request), waits for it to end there, then raises; a second one stops the kernel."""
         deadline = time.monotonic() + limit + TIMEOUT_GRACE
         interrupted: float | None = None  # when Ctrl-C was pressed here
         while True:
             try:
-                item = kernel.frames.get(timeout=0.05)
-            except queue.Empty:
-                if not kernel.running and kernel.frames.empty():
-                    return self._died(kernel, cell)
-                now = time.monotonic()
-                if interrupted is not None and now > interrupted + INTERRUPT_GRACE:
-                    self._abandon(kernel)
-                    raise KeyboardInterrupt from None
-                if now > deadline:
-                    self._abandon(kernel)
-                    return cell.stopped_after_timeout(limit)
-                continue
+                done = self._step(kernel, cell, limit, deadline, interrupted)
             except KeyboardInterrupt:
-                if interrupted is not None:  # a second Ctrl-C: stop the kernel now
+                if interrupted is not None:  # a second Ctrl-C, or the cell did not stop
                     self._abandon(kernel)
                     raise
                 interrupted = time.monotonic()
-                assert kernel.process is not None
-                kernel.process.send(_frames.request("interrupt", cell.token))
+                try:
+                    assert kernel.process is not None
+                    kernel.process.send(_frames.request("interrupt", cell.token))
+                except KeyboardInterrupt:
+                    self._abandon(kernel)
+                    raise
                 continue
-            if isinstance(item, BaseException):
-                self._abandon(kernel)
-                raise item
-            if item.token == cell.token and cell.take(item):
+            if done is not None:
                 if interrupted is not None:
                     raise KeyboardInterrupt
-                return cell.execution()
+                return done
+
+    def _step(
+        self, kernel: _Kernel, cell: _Cell, limit: float, deadline: float, interrupted: float | None
+    ) -> Execution | None:
+        """Take one frame (or notice the kernel's end, or a time limit); the cell's
+        ``Execution`` once it ended."""
+        try:
+            item = kernel.frames.get(timeout=0.05)
+        except queue.Empty:
+            if not kernel.running and kernel.frames.empty():
+                return self._died(kernel, cell)
+            now = time.monotonic()
+            if interrupted is not None and now > interrupted + INTERRUPT_GRACE:
+                raise KeyboardInterrupt from None  # it did not stop: the kernel is stopped
+            if now > deadline:
+                self._abandon(kernel)
+                return cell.stopped_after_timeout(limit)
+            return None
+        if isinstance(item, BaseException):
+            self._abandon(kernel)
+            raise item
+        if item.token == cell.token and cell.take(item):
+            return cell.execution()
+        return None
 
     def _died(self, kernel: _Kernel, cell: _Cell) -> Execution:
         """The kernel ended under the cell: why, as the cell's error; the next cell restarts."""

@@ -235,6 +235,8 @@ class Kernel:
         builtins.display = self.display  # type: ignore[attr-defined] (as IPython does)
         self.count = 0
         self.running: str | None = None
+        self.queued: set[str] = set()  # cells read, not started: an interrupt cancels them
+        self.cancelled: set[str] = set()
         self.state = threading.Lock()
         self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.figures = Figures(lambda obj: self.show(obj, main=False))
@@ -267,12 +269,16 @@ class Kernel:
             if request.get("op") == "interrupt":
                 self.interrupt(request.get("token"))
             elif request.get("op") == "run":
+                with self.state:
+                    self.queued.add(str(request.get("token")))
                 self.requests.put(request)
         self.requests.put(None)
 
     def interrupt(self, token: object) -> None:
         with self.state:
-            if token is not None and token == self.running:
+            if token in self.queued:
+                self.cancelled.add(str(token))
+            elif token is not None and token == self.running:
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
     # --- one cell ----------------------------------------------------------
@@ -294,9 +300,12 @@ class Kernel:
             timer.start()
         error = None
         with self.state:
-            self.running = token
+            self.queued.discard(token)
+            cancelled = token in self.cancelled
+            self.cancelled.discard(token)
+            self.running = None if cancelled else token
         try:
-            error = self.execute(code)
+            error = _describe(KeyboardInterrupt(), "") if cancelled else self.execute(code)
         finally:
             with self.state:
                 self.running = None
