@@ -1,0 +1,144 @@
+"""The code interpreter on the emulator: one request per cell, state, results, bad cells."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import pytest
+
+import createos_sync as cs
+from createos_sync import Client, Lease
+from createos_sync.emulator import Emulator
+
+from .helpers import operations
+
+
+def _sandbox_has_matplotlib(box: Lease) -> bool:
+    return box.run(["python3", "-c", "import matplotlib"]).exit_code == 0
+
+
+def test_one_request_per_cell_and_the_state_kept(emulator: Emulator, box: Lease) -> None:
+    first = box.run_code("x = 20\nx + 1")
+    assert first.text == "21" and first.error is None and not first.restarted
+    assert box.id is not None
+    emulator.clear_request_log()
+    for n in range(5):
+        execution = box.run_code(f"print('cell {n}')\nx + {n}")
+        assert execution.stdout == f"cell {n}\n" and execution.text == str(20 + n)
+    assert operations(emulator, box.id) == [("process.input", 200)] * 5
+
+
+def test_results_errors_and_output_live(box: Lease) -> None:
+    seen: list[tuple[str, object]] = []
+    code = (
+        "import sys\n"
+        "print('out')\n"
+        "sys.stderr.write('err\\n')\n"
+        "class Card:\n"
+        "    def _repr_html_(self): return '<b>card</b>'\n"
+        "display(Card())\n"
+        "{'a': 1}"
+    )
+    execution = box.run_code(code, on_output=lambda stream, data: seen.append((stream, data)))
+    assert execution.stdout == "out\n" and execution.stderr == "err\n"
+    html, main = execution.results
+    assert html.html == "<b>card</b>" and not html.is_main_result
+    assert main.is_main_result and main.text == "{'a': 1}" and execution.text == "{'a': 1}"
+    assert [s for s, _ in seen] == ["stdout", "stderr", "result", "result"]
+    failed = box.run_code("def f():\n    raise KeyError('k')\nf()")
+    assert failed.error is not None and failed.error.name == "KeyError"
+    assert 'File "<cell 2>", line 2, in f' in failed.error.traceback
+    with pytest.raises(cs.CodeFailed, match="the code raised KeyError: 'k'"):
+        box.run_code("f()", check=True)
+    syntax = box.run_code("def (")
+    assert syntax.error is not None and syntax.error.name == "SyntaxError"
+    assert box.run_code("Card").error is None  # the context survived both
+
+
+def test_a_timeout_interrupts_the_cell_and_the_context_survives(box: Lease) -> None:
+    box.run_code("kept = 'yes'")
+    started = time.monotonic()
+    execution = box.run_code("import time\ntime.sleep(60)", timeout=0.5)
+    assert time.monotonic() - started < 10
+    assert execution.timed_out and execution.error is not None
+    assert execution.error.name == "KeyboardInterrupt"
+    assert box.run_code("kept").text == "'yes'"
+
+
+def test_a_kernel_that_dies_is_reported_and_replaced(box: Lease) -> None:
+    box.run_code("kept = 1")
+    died = box.run_code("import os\nprint('bye', flush=True)\nos._exit(3)")
+    assert died.stdout == "bye\n"
+    assert died.error is not None and died.error.name == "InterpreterDied"
+    assert "exited with status 3" in died.error.value
+    fresh = box.run_code("kept")
+    assert fresh.restarted and fresh.error is not None and fresh.error.name == "NameError"
+    assert box.run_code("1").restarted is False
+    killed = box.run_code("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert killed.error is not None and "SIGKILL" in killed.error.value
+
+
+def test_contexts_share_nothing_and_close(emulator: Emulator, box: Lease) -> None:
+    box.run_code("name = 'default'")
+    with box.code_context(env={"WHO": "other"}, cwd="/tmp") as other:
+        assert (
+            other.run_code("import os\nos.environ['WHO'], os.getcwd()").text == "('other', '/tmp')"
+        )
+        assert other.run_code("name").error is not None
+        assert box.run_code("name", context=other).error is not None
+    assert box.run_code("name").text == "'default'"
+    with pytest.raises(cs.LeaseClosed, match="closed"):
+        other.run_code("1")
+
+
+def test_ctrl_c_interrupts_the_cell_in_the_sandbox(box: Lease) -> None:
+    box.run_code("kept = 2")
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        box.run_code("import time\nwhile True:\n    time.sleep(0.1)", timeout=60)
+    timer.join()
+    assert time.monotonic() - started < 8  # the cell ended there: not the timeout, not the grace
+    after = box.run_code("kept")
+    assert after.text == "2" and not after.restarted
+
+
+def test_a_cell_printing_a_lot_keeps_the_last_part_and_streams_all(box: Lease) -> None:
+    total = 0
+
+    def count(stream: str, data: object) -> None:
+        nonlocal total
+        if stream == "stdout":
+            assert isinstance(data, str)
+            total += len(data)
+
+    code = "import sys\nchunk = 'x' * 1023 + '\\n'\nfor _ in range(20 * 1024):\n    sys.stdout.write(chunk)"
+    execution = box.run_code(code, on_output=count, max_output=1000)
+    assert execution.error is None
+    assert total == 20 * 1024 * 1024
+    assert execution.truncated and len(execution.stdout) == 1000
+
+
+def test_closing_the_lease_ends_its_interpreters_without_a_leftover(
+    emulator: Emulator, client: Client
+) -> None:
+    with client.lease() as lease:
+        lease.run_code("1")
+        lease.code_context().run_code("2")
+        sandbox_id = lease.id
+    assert lease.closed and sandbox_id not in emulator.live_sandboxes()
+
+
+def test_a_figure_made_in_the_sandbox_is_a_png(box: Lease) -> None:
+    if not _sandbox_has_matplotlib(box):
+        pytest.skip("the sandbox's python3 has no matplotlib (.ci/run installs it)")
+    execution = box.run_code(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('made in the sandbox');"
+    )
+    assert execution.error is None, execution.error
+    [figure] = execution.results
+    assert figure.png is not None and figure.png.startswith(b"\x89PNG")
+    assert figure._repr_mimebundle_()["image/png"]  # base64 text, as Jupyter takes it
