@@ -137,7 +137,8 @@ __all__ = [
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext createos_sync``: the ``%%createos`` cell magic and ``%createos_close``.
+    """``%load_ext createos_sync``: the ``%%createos`` cell magic and ``%createos_close``,
+    registered on the ``ipython`` shell.
 
     IPython is imported only here, never when ``createos_sync`` is.
     """
@@ -147,7 +148,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    """``%unload_ext createos_sync``: closes the lease the magic opened, if any."""
+    """``%unload_ext createos_sync``: closes the lease the magic opened in ``ipython``, if any."""
     from .interpreter import _magics as _ipython
 
     _ipython.unload(ipython)

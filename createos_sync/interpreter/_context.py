@@ -106,7 +106,10 @@ class CodeContext:
         check: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
     ) -> Execution:
-        """Run ``code`` as a cell of this interpreter; see ``Lease.run_code``."""
+        """Run ``code`` as a cell of this interpreter (see ``Lease.run_code``): ``timeout``
+        interrupts it, ``on_output(stream, data)`` sees its output and results live,
+        ``check`` raises ``CodeFailed`` for an error, ``max_output`` bounds what is kept.
+        Request budget: 1 (plus 3 to start the interpreter for its first cell)."""
         if not isinstance(code, str):
             raise TypeError("code must be a str of Python source")
         limit = check_seconds("timeout", timeout) or self._default_timeout()

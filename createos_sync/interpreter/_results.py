@@ -45,7 +45,8 @@ class Result:
 
     @classmethod
     def from_bundle(cls, bundle: dict[str, Any], *, main: bool) -> Result:
-        """A result from the kernel's bundle; values of the wrong type are left out."""
+        """A result from the kernel's bundle (``main``: the last expression's value);
+        values of the wrong type are left out."""
         fields: dict[str, Any] = {}
         for mime, name in _TEXT_FIELDS.items():
             if isinstance(bundle.get(mime), str):
