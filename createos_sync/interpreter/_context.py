@@ -28,7 +28,7 @@ from .._commands.output import TailBuffer
 from .._sandboxes.box import Box
 from .._sandboxes.options import check_seconds
 from .._wire.server_text import log_line
-from ..errors import LeaseClosed
+from ..errors import CreateosApiError, LeaseClosed
 from . import _frames
 from ._results import Execution, ExecutionError, Result
 
@@ -72,6 +72,14 @@ class _Kernel:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.running
+
+
+def _ends_soon(kernel: _Kernel, wait: float = 2.0) -> bool:
+    """Whether the kernel is seen to end within ``wait`` seconds (its stream says so)."""
+    ends = time.monotonic() + wait
+    while kernel.running and time.monotonic() < ends:
+        time.sleep(0.02)
+    return not kernel.running
 
 
 class CodeContext:
@@ -120,17 +128,47 @@ class CodeContext:
         with self._lock:
             if self._closed:
                 raise LeaseClosed("this code context is closed")
-            kernel, restarted = self._ready_kernel()
             token = _frames.new_token()
-            payload = _frames.request("run", token, code=code, timeout=limit)
-            if not kernel.booted:
-                payload = _frames.boot_payload() + payload
-                kernel.booted = True
-            assert kernel.process is not None
-            cell = _Cell(token, max_output, on_output, restarted)
-            kernel.process.send(payload)
-            execution = self._collect(kernel, cell, limit)
+            request = _frames.request("run", token, code=code, timeout=limit)
+            kernel, cell = self._send_cell(request, _Cell(token, max_output, on_output))
+            interrupted = None
+            if cell.interrupted_at_send:  # Ctrl-C while the cell was being sent
+                interrupted = self._interrupt(kernel, cell)
+            execution = self._collect(kernel, cell, limit, interrupted)
         return execution.check() if check else execution
+
+    def _send_cell(self, request: bytes, cell: _Cell) -> tuple[_Kernel, _Cell]:
+        """Send the cell (1 request; the kernel's own source goes with a new kernel's first).
+
+        A kernel found gone when its input is refused (ended between cells, killed
+        from outside) is replaced once, and the cell says so (``restarted``).
+        """
+        for attempt in (1, 2):
+            kernel, cell.restarted = self._ready_kernel()
+            payload = request if kernel.booted else _frames.boot_payload() + request
+            kernel.booted = True
+            assert kernel.process is not None
+            try:
+                kernel.process.send(payload)
+            except KeyboardInterrupt:
+                cell.interrupted_at_send = True
+            except CreateosApiError:
+                if attempt == 2 or not _ends_soon(kernel):
+                    raise
+                self._lost = True
+                continue
+            return kernel, cell
+        raise AssertionError("unreachable")
+
+    def _interrupt(self, kernel: _Kernel, cell: _Cell) -> float:
+        """Ctrl-C here: interrupt the cell there (1 request); a second one stops the kernel."""
+        try:
+            assert kernel.process is not None
+            kernel.process.send(_frames.request("interrupt", cell.token))
+        except KeyboardInterrupt:
+            self._abandon(kernel)
+            raise
+        return time.monotonic()
 
     def _ready_kernel(self) -> tuple[_Kernel, bool]:
         """The running kernel, or a new one (3 requests); True when it replaces a lost one."""
@@ -152,25 +190,21 @@ class CodeContext:
         self._kernel, self._lost = kernel, False
         return kernel, restarted
 
-    def _collect(self, kernel: _Kernel, cell: _Cell, limit: float) -> Execution:
-        """Read the cell's frames until its end; Ctrl-C interrupts the cell in the sandbox
-        (1 request), waits for it to end there, then raises; a second one stops the kernel."""
+    def _collect(
+        self, kernel: _Kernel, cell: _Cell, limit: float, interrupted: float | None
+    ) -> Execution:
+        """Read the cell's frames until its end. Ctrl-C interrupts the cell in the sandbox
+        (``interrupted``: when), waits for it to end there, then raises; a second one, or
+        a cell that does not end within ``INTERRUPT_GRACE``, stops the kernel."""
         deadline = time.monotonic() + limit + TIMEOUT_GRACE
-        interrupted: float | None = None  # when Ctrl-C was pressed here
         while True:
             try:
                 done = self._step(kernel, cell, limit, deadline, interrupted)
             except KeyboardInterrupt:
-                if interrupted is not None:  # a second Ctrl-C, or the cell did not stop
+                if interrupted is not None:
                     self._abandon(kernel)
                     raise
-                interrupted = time.monotonic()
-                try:
-                    assert kernel.process is not None
-                    kernel.process.send(_frames.request("interrupt", cell.token))
-                except KeyboardInterrupt:
-                    self._abandon(kernel)
-                    raise
+                interrupted = self._interrupt(kernel, cell)
                 continue
             if done is not None:
                 if interrupted is not None:
@@ -266,12 +300,11 @@ class CodeContext:
 class _Cell:
     """One cell's frames as they arrive: output kept (bounded) and streamed, results, end."""
 
-    def __init__(
-        self, token: str, max_output: int, on_output: OnCodeOutput | None, restarted: bool
-    ) -> None:
+    def __init__(self, token: str, max_output: int, on_output: OnCodeOutput | None) -> None:
         self.token = token
         self.on_output = on_output
-        self.restarted = restarted
+        self.restarted = False
+        self.interrupted_at_send = False
         self.started = time.monotonic()
         self.kept = {"stdout": TailBuffer(max_output), "stderr": TailBuffer(max_output)}
         self.decoders = {

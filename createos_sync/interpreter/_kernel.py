@@ -232,7 +232,7 @@ class Kernel:
         for name in [n for n in vars(self.main) if not n.startswith("__")]:
             delattr(self.main, name)  # the bootstrap's own names
         self.namespace = vars(self.main)
-        builtins.display = self.display  # type: ignore[attr-defined] (as IPython does)
+        builtins.__dict__["display"] = self.display  # as IPython does
         self.count = 0
         self.running: str | None = None
         self.queued: set[str] = set()  # cells read, not started: an interrupt cancels them
@@ -369,7 +369,7 @@ class Kernel:
 
 def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
     """The cell compiled, its last statement apart when it is an expression (its value)."""
-    tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    tree = ast.parse(code, filename, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         expression = ast.Expression(tree.body.pop().value)

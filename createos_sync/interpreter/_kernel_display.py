@@ -7,6 +7,7 @@ Part of the kernel (see ``_kernel``): sent to the sandbox with it, standard libr
 from __future__ import annotations
 
 import base64
+import importlib
 import importlib.abc
 import importlib.util
 import io
@@ -127,7 +128,7 @@ class _MatplotlibFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader.exec_module = _then_inline(spec.loader.exec_module)  # type: ignore[method-assign]
+                spec.loader.exec_module = _then_inline(spec.loader.exec_module)  # type: ignore[method-assign,assignment]
                 return spec
         return None
 
@@ -135,9 +136,8 @@ class _MatplotlibFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        module.FigureCanvas = FigureCanvasAgg  # type: ignore[attr-defined]
+        agg = importlib.import_module("matplotlib.backends.backend_agg")
+        module.FigureCanvas = agg.FigureCanvasAgg  # type: ignore[attr-defined]
         module.show = self.figures.show  # type: ignore[attr-defined]
 
 

@@ -12,6 +12,7 @@ error is shown as IPython shows its own, with the sandbox's traceback.
 from __future__ import annotations
 
 import atexit
+import importlib
 import sys
 import threading
 from typing import Any
@@ -41,12 +42,11 @@ def close_opened() -> None:
 
 
 def _lease_for(name: str) -> Any:
-    from IPython import get_ipython
-
     from ..lease import Lease
 
     if name:
-        found = (get_ipython().user_ns or {}).get(name)
+        shell = importlib.import_module("IPython").get_ipython()
+        found = (shell.user_ns or {}).get(name)
         if not isinstance(found, Lease):
             raise NameError(f"%%createos {name}: {name} is not a lease (cs.lease(...).open())")
         return found
@@ -62,7 +62,7 @@ def _lease_for(name: str) -> Any:
 
 def _createos(line: str, cell: str) -> None:
     """``%%createos [lease]``: run this cell in the sandbox's Python interpreter."""
-    from IPython.display import display
+    display = importlib.import_module("IPython.display").display
 
     def show(stream: str, data: Any) -> None:
         if isinstance(data, Result):
