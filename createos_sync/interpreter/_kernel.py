@@ -371,9 +371,10 @@ def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | N
     """The cell compiled, its last statement apart when it is an expression (its value)."""
     tree = ast.parse(code, filename, "exec")
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        expression = ast.Expression(tree.body.pop().value)
-        last = compile(expression, filename, "eval", dont_inherit=True)
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr):
+        tree.body.pop()
+        last = compile(ast.Expression(final.value), filename, "eval", dont_inherit=True)
     return compile(tree, filename, "exec", dont_inherit=True), last
 
 
