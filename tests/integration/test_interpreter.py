@@ -115,11 +115,23 @@ def test_a_cell_printing_a_lot_keeps_the_last_part_and_streams_all(box: Lease) -
             assert isinstance(data, str)
             total += len(data)
 
-    code = "import sys\nchunk = 'x' * 1023 + '\\n'\nfor _ in range(20 * 1024):\n    sys.stdout.write(chunk)"
+    code = (
+        "import sys\nchunk = 'x' * 1023 + '\\n'\n"
+        "for _ in range(100 * 1024):\n    sys.stdout.write(chunk)"
+    )
     execution = box.run_code(code, on_output=count, max_output=1000)
     assert execution.error is None
-    assert total == 20 * 1024 * 1024
+    assert total == 100 * 1024 * 1024  # 100 MiB streamed, nothing lost
     assert execution.truncated and len(execution.stdout) == 1000
+
+
+def test_a_sandbox_without_python3_says_so(box: Lease) -> None:
+    context = box.code_context(env={"PATH": "/nowhere"})
+    execution = context.run_code("1")
+    assert execution.error is not None and execution.error.name == "InterpreterDied"
+    assert "exited with status 127" in execution.error.value
+    assert "python3: not found" in execution.error.value
+    context.close()
 
 
 def test_closing_the_lease_ends_its_interpreters_without_a_leftover(
