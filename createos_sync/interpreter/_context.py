@@ -28,16 +28,16 @@ from .._commands.output import TailBuffer
 from .._sandboxes.box import Box
 from .._sandboxes.options import check_seconds
 from .._wire.server_text import log_line
-from ..errors import CreateosApiError, LeaseClosed
+from ..errors import CreateosApiError, CreateosError, LeaseClosed
 from . import _frames
 from ._results import Execution, ExecutionError, Result
 
 log = logging.getLogger("createos_sync.interpreter")
 
 DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024
-# How long after its timeout a cell may take to end (the interrupt travels and acts,
-# its frames come back) before the kernel is stopped instead.
-TIMEOUT_GRACE = 10.0
+# How long after its timeout a cell may take to end (the interrupt acts, its frames come
+# back) before its kernel is stopped instead: the timeout itself, between these bounds.
+TIMEOUT_GRACE, MIN_GRACE = 10.0, 2.0
 # After Ctrl-C here: how long the cell has to end in the sandbox before its kernel is stopped.
 INTERRUPT_GRACE = 5.0
 _STDERR_KEPT = 4096
@@ -134,7 +134,11 @@ class CodeContext:
             interrupted = None
             if cell.interrupted_at_send:  # Ctrl-C while the cell was being sent
                 interrupted = self._interrupt(kernel, cell)
-            execution = self._collect(kernel, cell, limit, interrupted)
+            try:
+                execution = self._collect(kernel, cell, limit, interrupted)
+            except Exception:  # on_output raised, say: the cell must not run on unread
+                self._interrupt_quietly(kernel, cell)
+                raise
         return execution.check() if check else execution
 
     def _send_cell(self, request: bytes, cell: _Cell) -> tuple[_Kernel, _Cell]:
@@ -196,7 +200,7 @@ class CodeContext:
         """Read the cell's frames until its end. Ctrl-C interrupts the cell in the sandbox
         (``interrupted``: when), waits for it to end there, then raises; a second one, or
         a cell that does not end within ``INTERRUPT_GRACE``, stops the kernel."""
-        deadline = time.monotonic() + limit + TIMEOUT_GRACE
+        deadline = time.monotonic() + limit + min(TIMEOUT_GRACE, max(MIN_GRACE, limit))
         while True:
             try:
                 done = self._step(kernel, cell, limit, deadline, interrupted)
@@ -254,6 +258,15 @@ class CodeContext:
             "without what earlier cells defined" + (f"\n{said}" if said else "")
         )
         return cell.execution(ExecutionError("InterpreterDied", value, value))
+
+    @staticmethod
+    def _interrupt_quietly(kernel: _Kernel, cell: _Cell) -> None:
+        """Interrupt a cell nobody reads any more (1 request), if its kernel still runs."""
+        if kernel.process is not None and kernel.running:
+            try:
+                kernel.process.send(_frames.request("interrupt", cell.token))
+            except CreateosError as exc:
+                log.warning("could not interrupt a cell left unread: %s", exc)
 
     def _abandon(self, kernel: _Kernel) -> None:
         """Stop a kernel that cannot go on (1 request, confirmed); the next cell restarts."""

@@ -55,6 +55,7 @@ class Wire:
         self.token = "-"  # the running cell's, else "-": idle
         self.pending: list[tuple[str, bytes]] = []
         self.pending_size = 0
+        self.dropped = 0  # bytes beyond PENDING_LIMIT: the next cell says how many
         self.pid = os.getpid()
 
     def frame(self, kind: str, payload: bytes, token: str | None = None) -> None:
@@ -65,6 +66,8 @@ class Wire:
                 if self.pending_size < PENDING_LIMIT:
                     self.pending.append((kind, payload))
                     self.pending_size += len(payload)
+                else:
+                    self.dropped += len(payload)
                 return
             self._write(token, kind, payload)
 
@@ -83,6 +86,10 @@ class Wire:
             pending, self.pending, self.pending_size = self.pending, [], 0
             for kind, payload in pending:
                 self._write(token, kind, payload)
+            if self.dropped:
+                note = f"[createos: {self.dropped} bytes written between cells were dropped]\n"
+                self._write(token, "err", note.encode())
+                self.dropped = 0
 
     def finish(self, end: dict[str, Any]) -> None:
         with self.lock:

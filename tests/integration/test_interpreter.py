@@ -154,3 +154,46 @@ def test_a_figure_made_in_the_sandbox_is_a_png(box: Lease) -> None:
     [figure] = execution.results
     assert figure.png is not None and figure.png.startswith(b"\x89PNG")
     assert figure._repr_mimebundle_()["image/png"]  # base64 text, as Jupyter takes it
+
+
+def test_a_cell_that_ignores_its_timeout_has_its_interpreter_replaced(box: Lease) -> None:
+    box.run_code("kept = 3")
+    stubborn = (
+        "import time\n"
+        "while True:\n"
+        "    try:\n"
+        "        time.sleep(10)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('ignored', flush=True)\n"
+    )
+    started = time.monotonic()
+    execution = box.run_code(stubborn, timeout=0.3)
+    assert time.monotonic() - started < 8
+    assert execution.timed_out and execution.error is not None
+    assert execution.error.name == "TimeoutError" and "did not stop" in execution.error.value
+    assert execution.stdout == "ignored\n"
+    after = box.run_code("'kept' in globals()")
+    assert after.restarted and after.text == "False"
+
+
+def test_closing_the_lease_under_a_running_cell(client: Client) -> None:
+    lease = client.lease().open()
+    lease.run_code("1")
+    closer = threading.Timer(0.5, lease.close)
+    closer.start()
+    with pytest.raises(cs.LeaseClosed):
+        lease.run_code("import time\ntime.sleep(60)", timeout=60)
+    closer.join()
+    assert lease.closed
+
+
+def test_a_callback_that_raises_leaves_no_cell_running(box: Lease) -> None:
+    def fail(stream: str, data: object) -> None:
+        raise RuntimeError("callback broke")
+
+    code = "import time\nprint('first', flush=True)\ntime.sleep(60)"
+    with pytest.raises(RuntimeError, match="callback broke"):
+        box.run_code(code, on_output=fail)
+    started = time.monotonic()
+    assert box.run_code("'next'").text == "'next'"  # the sleeping cell was interrupted
+    assert time.monotonic() - started < 10
