@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 import attrs
 
+from .._wire.server_text import MESSAGE_LIMIT, log_line
 from ..errors import CreateosError
 
 # Result's fields and the mime types the kernel's bundles name them by.
@@ -20,6 +22,7 @@ _TEXT_FIELDS = {
     "text/latex": "latex",
 }
 _IMAGE_FIELDS = {"image/png": "png", "image/jpeg": "jpeg"}
+_ERROR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,199}\Z")
 
 
 @attrs.frozen(repr=False)
@@ -146,7 +149,10 @@ class CodeFailed(CreateosError):
     def __init__(self, execution: Execution) -> None:
         self.execution = execution
         error = execution.error
-        what = f"{error.name}: {error.value}" if error is not None else "an error"
+        what = "an error"
+        if error is not None:  # the sandbox's text: shown without a terminal's escapes
+            name = error.name if _ERROR_NAME.match(error.name) else "an exception"
+            what = f"{name}: {log_line(error.value, MESSAGE_LIMIT)}"
         super().__init__(f"the code raised {what}")
 
     def _render_traceback_(self) -> list[str]:

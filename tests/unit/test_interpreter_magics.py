@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 import createos_sync as cs
@@ -81,3 +82,6 @@ def test_results_and_executions_read_well() -> None:
     assert execution.text == "x" and not execution.ok
     with pytest.raises(cs.CodeFailed, match="the code raised ValueError: bad"):
         execution.check()
+    hostile = ExecutionError("\x1b[2JX", "\x1b]0;title\x07value\r\nmore", "")
+    message = str(CodeFailed(attrs.evolve(execution, error=hostile)))
+    assert message == "the code raised an exception: valuemore"
