@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,3 +290,26 @@ def test_a_figure_is_a_png_result(kernel: LocalKernel) -> None:
     # the inline backend is the kernel's alone: nothing the cell starts is told of it
     environ = kernel.cell("import os\nos.environ.get('MPLBACKEND')").results
     assert environ == []
+
+
+OLDER_AND_NEWER = sorted(
+    str(p)
+    for p in Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")).glob(
+        "versions/3.*/bin/python3"
+    )
+    if p.parent.parent.name.split(".")[1].isdigit() and int(p.parent.parent.name.split(".")[1]) >= 8
+)
+
+
+@pytest.mark.parametrize("python", OLDER_AND_NEWER or [PYTHON])
+def test_the_kernel_runs_on_every_python3_from_3_8(python: str) -> None:
+    kernel = LocalKernel(python)
+    try:
+        cell = kernel.cell("x = {'b': 1, 'a': 2}\ndisplay(x)\nlen(x)")
+        assert cell.error is None, cell.error
+        assert [r["data"]["text/plain"] for r in cell.results] == ["{'b': 1, 'a': 2}", "2"]
+        assert kernel.cell("import time\ntime.sleep(5)", timeout=0.2).error["name"] == (
+            "KeyboardInterrupt"
+        )
+    finally:
+        kernel.close()
