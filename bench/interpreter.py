@@ -7,9 +7,11 @@ On one sandbox of one separate-process emulator (loopback):
 - latency: ``run_code("x + 1")`` in a warm context, beside ``run("true")`` (a
   managed process: 3 requests), in interleaved rounds; the ratio is per pair;
 - throughput: one cell writing 100 MB to stdout, all streamed to ``on_output``
-  while ``Execution.stdout`` keeps the last 4 MiB.
+  while ``Execution.stdout`` keeps the last 4 MiB;
+- over a network (``--rtt``, default 40 ms): the same cell and ``run("true")``
+  over HTTPS through ``_wanproxy.DelayProxy`` (as ``bench/wan.py``), in RTTs.
 
-    python bench/interpreter.py [--rounds 40]
+    python bench/interpreter.py [--rounds 40] [--rtt 40]
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import argparse
 import time
 from collections import Counter
 from typing import Any
+from urllib.parse import urlsplit
 
 from _common import MB, EmulatorProcess, Stats, counted, heading, machine, paired_ratio
+from _wanproxy import DelayProxy
+
+import createos_sync as cs
 
 
 def _operations(logged: list[dict[str, Any]], sandbox_id: str) -> Counter[str]:
@@ -108,10 +114,47 @@ def measure(rounds: int) -> dict[str, Any]:
     return results
 
 
+def over_a_network(rtt_ms: float, rounds: int) -> dict[str, float]:
+    heading(f"The code interpreter over HTTPS through a delaying proxy: {rtt_ms:g} ms RTT")
+    with EmulatorProcess(tls=True) as emu:
+        parts = urlsplit(emu.url)
+        assert parts.hostname is not None and parts.port is not None and emu.ca_path
+        with DelayProxy((parts.hostname, parts.port), rtt_ms / 1000) as proxy:
+            url = f"https://127.0.0.1:{proxy.port}"
+            print(f"setup: {emu.setup}; proxy RTT {rtt_ms:g} ms; {machine()}")
+            client = cs.Client(
+                emu.api_key, url, ca_bundle=emu.ca_path, timeout=600, requests_per_minute=10**6
+            )
+            with client, client.lease() as box:
+                t0 = time.perf_counter()
+                box.run_code("x = 1")
+                first = time.perf_counter() - t0
+                box.run("true")  # warm: the connections a run uses
+                walls: dict[str, list[float]] = {"cell": [], "run": []}
+                for i in range(rounds):
+                    for kind in ("cell", "run") if i % 2 == 0 else ("run", "cell"):
+                        t0 = time.perf_counter()
+                        if kind == "cell":
+                            assert box.run_code("x + 1").text == "2"
+                        else:
+                            assert box.run("true").exit_code == 0
+                        walls[kind].append(time.perf_counter() - t0)
+    rtt = rtt_ms / 1000
+    cell, run = Stats(walls["cell"]), Stats(walls["run"])
+    print(f"- first cell (starts the interpreter): {first / rtt:.1f} RTT")
+    print(f"- run_code('x + 1'): {cell.describe('RTT', 1 / rtt, 2)}")
+    print(f"- run('true'):       {run.describe('RTT', 1 / rtt, 2)}")
+    return {"cell_rtt": cell.median / rtt, "run_rtt": run.median / rtt}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
-    measure(parser.parse_args().rounds)
+    parser.add_argument("--rtt", type=float, default=40.0, help="ms; 0 skips the network part")
+    args = parser.parse_args()
+    measure(args.rounds)
+    if args.rtt:
+        over_a_network(args.rtt, max(8, args.rounds // 3))
 
 
 if __name__ == "__main__":
