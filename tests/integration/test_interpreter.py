@@ -191,7 +191,8 @@ def test_a_callback_that_raises_leaves_no_cell_running(box: Lease) -> None:
     def fail(stream: str, data: object) -> None:
         raise RuntimeError("callback broke")
 
-    code = "import time\nprint('first', flush=True)\ntime.sleep(60)"
+    # 45 s, not 60: a stall of the output stream (its idle timeout is 60 s) stays apart
+    code = "import time\nprint('first', flush=True)\ntime.sleep(45)"
     with pytest.raises(RuntimeError, match="callback broke"):
         box.run_code(code, on_output=fail)
     started = time.monotonic()
