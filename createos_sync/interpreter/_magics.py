@@ -56,6 +56,7 @@ def _lease_for(name: str) -> Any:
             from .. import lease
 
             _opened = lease().open()
+            atexit.unregister(close_opened)  # once, however many leases it opens in turn
             atexit.register(close_opened)
         return _opened
 

@@ -198,3 +198,20 @@ def test_a_callback_that_raises_leaves_no_cell_running(box: Lease) -> None:
     started = time.monotonic()
     assert box.run_code("'next'").text == "'next'"  # the sleeping cell was interrupted
     assert time.monotonic() - started < 10
+
+
+def test_bad_arguments_are_refused_before_any_request(emulator: Emulator, box: Lease) -> None:
+    emulator.clear_request_log()
+    with pytest.raises(ValueError, match="invalid environment variable name"):
+        box.code_context(env={"1bad": "x"})
+    with pytest.raises(TypeError, match="code must be a str"):
+        box.run_code(b"1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be a positive"):
+        box.run_code("1", timeout=-1)
+    with pytest.raises(TypeError, match="context must be a CodeContext"):
+        box.run_code("1", context="other")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_output must be callable"):
+        box.run_code("1", on_output="print")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_output must be an int"):
+        box.run_code("1", max_output=-1)
+    assert operations(emulator, box.id) == []
