@@ -38,7 +38,7 @@ import traceback
 import types
 from typing import Any
 
-from ._kernel_display import RESULT_LIMIT, Figures, Formatter  # joined in the sandbox
+from ._kernel_display import RESULT_LIMIT, Figures, Formatter, ImportHooks  # joined in the sandbox
 
 PIECE = 48 * 1024  # raw bytes per frame: base64 makes it 64 KiB, far under 1 MiB a line
 FLUSH_SECONDS = 0.05  # how long printed text may wait in the buffer before it is sent
@@ -248,6 +248,7 @@ class Kernel:
         self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.figures = Figures(lambda obj: self.show(obj, main=False))
         self.formatter = Formatter(self.report, self.figures)
+        sys.meta_path.insert(0, ImportHooks(self.figures, self.display))
         os.register_at_fork(after_in_child=self._after_fork)
 
     def _after_fork(self) -> None:

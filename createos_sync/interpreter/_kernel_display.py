@@ -90,7 +90,6 @@ class Figures:
 
     def __init__(self, display: Callable[[Any], None]) -> None:
         self.display = display
-        sys.meta_path.insert(0, _MatplotlibFinder(self))
 
     def png(self, figure: Any) -> str:
         buffer = io.BytesIO()
@@ -111,24 +110,32 @@ class Figures:
             self.show()
 
 
-class _MatplotlibFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves the inline backend module, and points matplotlib at it once imported (unless
-    ``MPLBACKEND`` names another): an environment variable would reach subprocesses."""
+class ImportHooks(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """What the kernel changes in modules as they are imported: matplotlib's backend becomes
+    the inline one (unless ``MPLBACKEND`` names another: an environment variable would reach
+    subprocesses), served from here; IPython's ``display()``, when IPython is installed,
+    becomes the kernel's (without a shell of its own it would print the object's text)."""
 
-    def __init__(self, figures: Figures) -> None:
+    def __init__(self, figures: Figures, display: Callable[..., None]) -> None:
         self.figures = figures
+        self.after: dict[str, Callable[[types.ModuleType], None]] = {
+            "matplotlib": _inline_backend,
+            "IPython.core.display_functions": lambda module: _replace(module, display),
+            "IPython.core.display": lambda module: _replace(module, display),
+        }
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name == MPL_BACKEND:
             return importlib.util.spec_from_loader(name, self)
-        if name != "matplotlib" or "matplotlib" in sys.modules:
+        then = self.after.get(name)
+        if then is None or name in sys.modules:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader.exec_module = _then_inline(spec.loader.exec_module)  # type: ignore[method-assign,assignment]
+                spec.loader.exec_module = _then(spec.loader.exec_module, then)  # type: ignore[method-assign,assignment]
                 return spec
         return None
 
@@ -141,17 +148,26 @@ class _MatplotlibFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.show = self.figures.show  # type: ignore[attr-defined]
 
 
-def _then_inline(
-    exec_module: Callable[[types.ModuleType], None],
+def _then(
+    exec_module: Callable[[types.ModuleType], None], then: Callable[[types.ModuleType], None]
 ) -> Callable[[types.ModuleType], None]:
-    """matplotlib's loader, then its backend set to the inline one."""
+    """A module's loader, then ``then`` on the module it made."""
 
     def load(module: types.ModuleType) -> None:
         exec_module(module)
-        if not os.environ.get("MPLBACKEND"):
-            module.rcParams["backend"] = f"module://{MPL_BACKEND}"
+        then(module)
 
     return load
+
+
+def _inline_backend(matplotlib: types.ModuleType) -> None:
+    if not os.environ.get("MPLBACKEND"):
+        matplotlib.rcParams["backend"] = f"module://{MPL_BACKEND}"
+
+
+def _replace(module: types.ModuleType, display: Callable[..., None]) -> None:
+    if callable(getattr(module, "display", None)):
+        module.display = display  # type: ignore[attr-defined]
 
 
 def _method(obj: Any, name: str) -> Callable[..., Any] | None:

@@ -313,3 +313,24 @@ def test_the_kernel_runs_on_every_python3_from_3_8(python: str) -> None:
         )
     finally:
         kernel.close()
+
+
+def test_ipythons_display_in_the_sandbox_is_the_kernels() -> None:
+    probe = subprocess.run([sys.executable, "-c", "import IPython.display"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no IPython beside this interpreter")
+    kernel = LocalKernel(sys.executable)
+    try:
+        code = (
+            "from IPython.display import HTML, Markdown, display\n"
+            "display(HTML('<b>bold</b>'), Markdown('*md*'))"
+        )
+        cell = kernel.cell(code)
+        assert cell.error is None, cell.error
+        assert [sorted(r["data"]) for r in cell.results] == [
+            ["text/html", "text/plain"],
+            ["text/markdown", "text/plain"],
+        ]
+        assert cell.stream("out") == ""  # not printed as text, as IPython does without a shell
+    finally:
+        kernel.close()
