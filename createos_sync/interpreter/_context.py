@@ -167,8 +167,7 @@ class CodeContext:
     def _interrupt(self, kernel: _Kernel, cell: _Cell) -> float:
         """Ctrl-C here: interrupt the cell there (1 request); a second one stops the kernel."""
         try:
-            assert kernel.process is not None
-            kernel.process.send(_frames.request("interrupt", cell.token))
+            self._interrupt_quietly(kernel, cell)
         except KeyboardInterrupt:
             self._abandon(kernel)
             raise
@@ -261,12 +260,13 @@ class CodeContext:
 
     @staticmethod
     def _interrupt_quietly(kernel: _Kernel, cell: _Cell) -> None:
-        """Interrupt a cell nobody reads any more (1 request), if its kernel still runs."""
+        """Interrupt the cell (1 request), if its kernel still runs; a refusal is logged (a
+        kernel ending meanwhile is the next frame's news)."""
         if kernel.process is not None and kernel.running:
             try:
                 kernel.process.send(_frames.request("interrupt", cell.token))
             except CreateosError as exc:
-                log.warning("could not interrupt a cell left unread: %s", exc)
+                log.warning("could not interrupt the cell: %s", exc)
 
     def _abandon(self, kernel: _Kernel) -> None:
         """Stop a kernel that cannot go on (1 request, confirmed); the next cell restarts."""
