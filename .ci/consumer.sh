@@ -351,7 +351,7 @@ notebook = nbformat.read(sys.argv[1], as_version=4)
 nbclient.NotebookClient(
     notebook, timeout=120, startup_timeout=120, kernel_name="python3"
 ).execute()
-outputs = [o for cell in notebook.cells for o in cell.outputs]
+outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
 assert not [o for o in outputs if o.output_type == "error"], "an error in the notebook"
 pngs = [o.data["image/png"] for o in outputs if "image/png" in o.get("data", {})]
 assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG"), "no inline PNG"
