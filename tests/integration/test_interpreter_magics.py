@@ -50,3 +50,14 @@ def test_an_error_is_shown_with_the_sandboxs_traceback(shell: Any, emulator: Emu
 def test_a_name_that_is_not_a_lease_is_refused(shell: Any) -> None:
     with pytest.raises(NameError, match="nothing is not a lease"):
         shell.run_cell_magic("createos", "nothing", "1")
+
+
+def test_ipython_shows_the_sandboxs_traceback_and_nothing_of_ours(
+    shell: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = shell.run_cell("%%createos\ndef g():\n    return {}['missing']\ng()")
+    assert isinstance(outcome.error_in_exec, CodeFailed)
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert "KeyError: 'missing'" in text and "in g" in text
+    assert "_magics.py" not in text and "run_code" not in text
