@@ -28,7 +28,7 @@ from .._commands.output import TailBuffer
 from .._sandboxes.box import Box
 from .._sandboxes.options import check_seconds
 from .._wire.server_text import log_line
-from ..errors import CreateosApiError, CreateosError, LeaseClosed
+from ..errors import CreateosApiError, CreateosError, LeaseClosed, ProtocolError
 from . import _frames
 from ._results import Execution, ExecutionError, Result
 
@@ -234,8 +234,12 @@ class CodeContext:
         if isinstance(item, BaseException):
             self._abandon(kernel)
             raise item
-        if item.token == cell.token and cell.take(item):
-            return cell.execution()
+        try:
+            if item.token == cell.token and cell.take(item):
+                return cell.execution()
+        except ProtocolError:  # what a cell can write over the kernel's own channel
+            self._abandon(kernel)
+            raise
         return None
 
     def _died(self, kernel: _Kernel, cell: _Cell) -> Execution:
@@ -335,14 +339,19 @@ class _Cell:
             if text and self.on_output is not None:
                 self.on_output(stream, text)
         elif frame.kind == "res":
-            message = json.loads(frame.payload)
-            result = Result.from_bundle(message.get("data") or {}, main=bool(message.get("main")))
+            message = _json_object(frame.payload)
+            data = message.get("data")
+            if not isinstance(data, dict):
+                raise ProtocolError("the interpreter sent a result without its formats")
+            result = Result.from_bundle(data, main=message.get("main") is True)
             self.results.append(result)
             if self.on_output is not None:
                 self.on_output("result", result)
         elif frame.kind == "end":
-            self.end = json.loads(frame.payload)
+            self.end = _json_object(frame.payload)
             return True
+        else:
+            raise ProtocolError("the interpreter sent a frame of an unknown kind")
         return False
 
     def execution(self, error: ExecutionError | None = None) -> Execution:
@@ -375,3 +384,13 @@ class _Cell:
 
 def _fields(execution: Execution) -> dict[str, Any]:
     return attrs.asdict(execution, recurse=False)
+
+
+def _json_object(payload: bytes) -> dict[str, Any]:
+    try:
+        found = json.loads(payload)
+    except ValueError:
+        raise ProtocolError("the interpreter sent a frame that is not JSON") from None
+    if not isinstance(found, dict):
+        raise ProtocolError("the interpreter sent a frame that is not a JSON object")
+    return found

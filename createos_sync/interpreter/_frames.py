@@ -33,6 +33,9 @@ exec(compile(take(int(take(8))), "<createos-kernel>", "exec"), {"__name__": "cre
 _JOINED = "# joined in the sandbox"
 _FUTURE = "from __future__ import annotations\n"
 MAX_LINE = 4 * 1024 * 1024  # a frame line is under 70 KiB: anything this long is not ours
+# A frame continued over lines: a result is at most 32 MiB of JSON (the kernel's RESULT_LIMIT),
+# so more is not the kernel's (a cell writing over its channel): refused, not kept.
+MAX_FRAME = 48 * 1024 * 1024
 
 
 def kernel_source() -> bytes:
@@ -80,6 +83,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._partial = ""
         self._pieces: dict[tuple[str, str], list[bytes]] = {}
+        self._sizes: dict[tuple[str, str], int] = {}
 
     def feed(self, text: str) -> list[Frame]:
         lines = (self._partial + text).split("\n")
@@ -104,10 +108,15 @@ class FrameReader:
             raise ProtocolError("the interpreter wrote a frame that is not base64") from None
         key = (token, kind.rstrip("+"))
         if kind.endswith("+"):
-            self._pieces.setdefault(key, []).append(payload)
+            pieces = self._pieces.setdefault(key, [])
+            pieces.append(payload)
+            self._sizes[key] = self._sizes.get(key, 0) + len(payload)
+            if self._sizes[key] > MAX_FRAME:
+                raise ProtocolError("the interpreter sent a frame larger than any of its own")
             return None
         if key in self._pieces:
             payload = b"".join([*self._pieces.pop(key), payload])
+            del self._sizes[key]
         return Frame(token, key[1], payload)
 
     @property

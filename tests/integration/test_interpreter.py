@@ -215,3 +215,24 @@ def test_bad_arguments_are_refused_before_any_request(emulator: Emulator, box: L
     with pytest.raises(ValueError, match="max_output must be an int"):
         box.run_code("1", max_output=-1)
     assert operations(emulator, box.id) == []
+
+
+_CHANNEL = "import gc, os\nwire = next(o for o in gc.get_objects() if type(o).__name__ == 'Wire')\n"
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("b'garbage\\n'", "not one of its frames"),
+        ("f'{wire.token} end W10=\\n'.encode()", "not a JSON object"),  # "[]"
+        ("f'{wire.token} res e30=\\n'.encode()", "without its formats"),  # "{}"
+    ],
+)
+def test_a_cell_writing_over_the_kernels_channel_ends_its_kernel(
+    box: Lease, written: str, said: str
+) -> None:
+    box.run_code("kept = 1")
+    with pytest.raises(cs.ProtocolError, match=said):
+        box.run_code(_CHANNEL + f"os.write(wire.out, {written})\nimport time\ntime.sleep(30)")
+    after = box.run_code("'kept' in globals()")
+    assert after.restarted and after.text == "False"

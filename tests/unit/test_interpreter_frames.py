@@ -56,3 +56,11 @@ def test_tokens_differ_and_requests_are_single_lines() -> None:
     assert len({_frames.new_token() for _ in range(100)}) == 100
     line = _frames.request("run", "t", code="print('a\\nb')\n# é")
     assert line.endswith(b"\n") and line.count(b"\n") == 1
+
+
+def test_a_continued_frame_larger_than_any_result_is_refused() -> None:
+    reader = _frames.FrameReader()
+    piece = _line("t", "res+", b"x" * (1024 * 1024))
+    with pytest.raises(ProtocolError, match="larger than any of its own"):
+        for _ in range(_frames.MAX_FRAME // (1024 * 1024) + 1):
+            reader.feed(piece)
