@@ -35,3 +35,13 @@ def test_results_and_executions_read_well() -> None:
     hostile = ExecutionError("\x1b[2JX", "\x1b]0;title\x07value\r\nmore", "")
     message = str(CodeFailed(attrs.evolve(execution, error=hostile)))
     assert message == "the code raised an exception: valuemore"
+
+
+def test_a_failure_crosses_process_boundaries_whole() -> None:
+    import pickle
+
+    error = ExecutionError("KeyError", "'k'", "Traceback...\nKeyError: 'k'\n")
+    execution = Execution(results=[], stdout="out", stderr="", error=error, duration=0.1)
+    again = pickle.loads(pickle.dumps(CodeFailed(execution)))
+    assert isinstance(again, CodeFailed) and again.execution == execution
+    assert str(again) == "the code raised KeyError: 'k'"
