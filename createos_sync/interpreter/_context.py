@@ -247,6 +247,8 @@ class CodeContext:
         assert kernel.process is not None
         self._lost = True
         result = kernel.process.wait(0)  # raises OutputLostError if its output was lost
+        if self._closed:
+            raise LeaseClosed("the code context was closed while the cell ran")
         if self._usable_box().closing.is_set():
             raise LeaseClosed("the lease closed while the cell ran")
         if result.exit_code is not None:
@@ -285,9 +287,16 @@ class CodeContext:
             kernel.process.terminate(grace=1.0)
 
     def close(self) -> None:
-        """Stop the interpreter (1 request while it runs); closing twice is harmless."""
-        with self._lock:
-            self._closed = True
+        """Stop the interpreter (1 request while it runs); closing twice is harmless.
+
+        From another thread, it does not wait for a running cell: that cell's
+        ``run_code`` raises ``LeaseClosed``.
+        """
+        self._closed = True
+        kernel = self._kernel
+        if kernel is not None and not self._usable_box_closing():
+            self._stop(kernel)  # a running cell ends with it, and lets go of the lock
+        with self._lock:  # and one started meanwhile, if any
             kernel, self._kernel = self._kernel, None
             if kernel is not None and not self._usable_box_closing():
                 self._stop(kernel)

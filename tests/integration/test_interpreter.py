@@ -236,3 +236,16 @@ def test_a_cell_writing_over_the_kernels_channel_ends_its_kernel(
         box.run_code(_CHANNEL + f"os.write(wire.out, {written})\nimport time\ntime.sleep(30)")
     after = box.run_code("'kept' in globals()")
     assert after.restarted and after.text == "False"
+
+
+def test_closing_a_context_under_its_running_cell_does_not_wait_for_it(box: Lease) -> None:
+    context = box.code_context()
+    context.run_code("1")
+    closer = threading.Timer(0.5, context.close)
+    closer.start()
+    started = time.monotonic()
+    with pytest.raises(cs.LeaseClosed, match="code context was closed while the cell ran"):
+        context.run_code("import time\ntime.sleep(60)", timeout=60)
+    closer.join()
+    assert time.monotonic() - started < 10
+    assert box.run_code("'default lives'").text == "'default lives'"
