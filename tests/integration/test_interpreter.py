@@ -20,9 +20,12 @@ def _sandbox_has_matplotlib(box: Lease) -> bool:
 
 
 def test_one_request_per_cell_and_the_state_kept(emulator: Emulator, box: Lease) -> None:
+    assert box.id is not None
+    emulator.clear_request_log()
     first = box.run_code("x = 20\nx + 1")
     assert first.text == "21" and first.error is None and not first.restarted
-    assert box.id is not None
+    started = [op for op, _ in operations(emulator, box.id)]  # the interpreter's start, then it
+    assert started == ["process.create", "process.connect", "process.input", "process.input"]
     emulator.clear_request_log()
     for n in range(5):
         execution = box.run_code(f"print('cell {n}')\nx + {n}")
