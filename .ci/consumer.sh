@@ -339,6 +339,29 @@ EOF
 ) || fail "6. progress=True in a Jupyter kernel without ipywidgets" "$work/t6.log"
 ok "6. in a Jupyter kernel without ipywidgets, cs.map and file transfers with progress=True show a text bar and no warning"
 
+# 6b. %%createos in a Jupyter kernel: the example notebook shows a figure drawn in the sandbox
+# (on the emulator the sandbox's python3 is the host's: .ci/run installs its matplotlib)
+if /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  (cd "$work/project" && env -u CREATEOS_API_KEY HOME=$(fresh_home) JUPYTER_PLATFORM_DIRS=1 \
+    "$work/nb/bin/python" - "$root/examples/code_interpreter.ipynb" >"$work/t6b.log" 2>&1 <<'EOF'
+import base64, sys
+import nbclient, nbformat
+
+notebook = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(
+    notebook, timeout=120, startup_timeout=120, kernel_name="python3"
+).execute()
+outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
+assert not [o for o in outputs if o.output_type == "error"], "an error in the notebook"
+pngs = [o.data["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG"), "no inline PNG"
+EOF
+  ) || fail "6b. examples/code_interpreter.ipynb in a Jupyter kernel" "$work/t6b.log"
+  ok "6b. examples/code_interpreter.ipynb runs in a Jupyter kernel: %%createos shows a PNG drawn in the sandbox"
+else
+  echo "skipped: 6b. the host's python3 has no matplotlib for the sandbox's figure"
+fi
+
 wait "$unit_tests" || fail "7. the unit tests fail on Python $(version oldest) with $(tr '\n' ' ' <"$work/floors.txt")" "$work/t7.log"
 passed=$(grep -Eo '[0-9]+ passed' "$work/t7.log" | tail -n 1)
 ok "7. the unit tests pass on Python $(version oldest) with $(tr '\n' ' ' <"$work/floors.txt")($passed)"

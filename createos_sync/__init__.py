@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from types import ModuleType as _ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._sandboxes.options import lease_options as _lease_options
 from ._sandboxes.options import takes_lease_keywords as _takes_lease_keywords
@@ -40,6 +40,7 @@ from .errors import (
     is_cleanup_error,
 )
 from .fanout import map
+from .interpreter import CodeContext, CodeFailed, Execution, ExecutionError, Result
 from .lease import Lease
 from .models import (
     AccessTokenInfo,
@@ -90,6 +91,8 @@ __all__ = [
     "AccessTokenInfo",
     "Bandwidth",
     "Client",
+    "CodeContext",
+    "CodeFailed",
     "CommandFailed",
     "CommandTimeout",
     "Config",
@@ -99,6 +102,8 @@ __all__ = [
     "CreateosError",
     "Disk",
     "DiskMount",
+    "Execution",
+    "ExecutionError",
     "Lease",
     "LeaseClosed",
     "LeaseExpired",
@@ -109,6 +114,7 @@ __all__ = [
     "ProcessInfo",
     "ProtocolError",
     "RemoteFileNotFoundError",
+    "Result",
     "RunResult",
     "SandboxInfo",
     "SandboxUnavailable",
@@ -123,9 +129,29 @@ __all__ = [
     "is_cleanup_error",
     "lease",
     "leases",
+    "load_ipython_extension",
     "map",
     "reap",
+    "unload_ipython_extension",
 ]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext createos_sync``: the ``%%createos`` cell magic and ``%createos_close``,
+    registered on the ``ipython`` shell.
+
+    IPython is imported only here, never when ``createos_sync`` is.
+    """
+    from .interpreter import _magics as _ipython
+
+    _ipython.load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext createos_sync``: closes the lease the magic opened in ``ipython``, if any."""
+    from .interpreter import _magics as _ipython
+
+    _ipython.unload(ipython)
 
 
 def __dir__() -> list[str]:

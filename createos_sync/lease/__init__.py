@@ -18,6 +18,7 @@ from ._display import DisplayMethods
 from ._features import FeatureMethods
 from ._files import FileMethods
 from ._fork import ForkMethods
+from ._interpreter import InterpreterMethods
 from ._network import NetworkMethods
 from ._overlays import OverlayMethods
 
@@ -33,6 +34,7 @@ class Lease(
     CapacityMethods,
     ComputerMethods,
     DisplayMethods,
+    InterpreterMethods,
 ):
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 

@@ -51,4 +51,3 @@ class CapacityMethods(LeaseCore):
         return Bandwidth.from_api(
             _api.recharge_bandwidth(box.transport, box.sandbox_id, amount, self._op_deadline())
         )
-

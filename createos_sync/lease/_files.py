@@ -192,4 +192,3 @@ class FileMethods(CommandMethods):
         if not paths:
             return frozenset()
         return files.directories(self._usable_box(), paths, self._op_deadline())
-
