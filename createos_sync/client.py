@@ -17,7 +17,6 @@ from . import templates
 from ._resources import checks
 from ._resources import disks as _disks
 from ._resources import networks as _networks
-from ._sandboxes.options import check_seconds, lease_options, takes_lease_keywords
 from ._wire import api as _api
 from ._wire import retry as _retry
 from ._wire.deadline import Deadline
@@ -25,12 +24,13 @@ from ._wire.http import Transport
 from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease
+from .lease._options import check_seconds, lease_options, takes_lease_keywords
 from .models import Disk, Network, SandboxInfo, Shape, Template
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._sandboxes.options import LeaseKeywords
+    from .lease._options import LeaseKeywords
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 # One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,

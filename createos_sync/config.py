@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from collections.abc import Mapping
@@ -23,7 +24,9 @@ RateScope = Literal["machine", "process"]
 CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
 STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 
-_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# The spellings of this machine's default loopback host: one service, whichever is written.
+# (127.0.0.2 is loopback too, but another address: a service there is another one.)
+_LOOPBACK_SPELLINGS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 class Secret(str):
@@ -152,6 +155,27 @@ def validate_ca_bundle(path: str | os.PathLike[str] | None) -> str | None:
     return text
 
 
+def is_loopback(host: str) -> bool:
+    """The loopback rule, the package's only one: ``localhost`` (any case), an address
+    of 127.0.0.0/8, or ``::1``.
+
+    Plain HTTP is allowed to these hosts only (base URLs, preview URLs), and
+    ``reap`` probes only these. A name that merely looks local
+    (``localhost.example.com``, ``127.0.0.1.nip.io``) is not one, nor is an
+    IPv4-mapped address (``::ffff:127.0.0.1``: Python's own answer for it
+    changed in 3.13), nor a shorthand such as ``127.1``.
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return False
+    return address.is_loopback
+
+
 def normalize_base_url(url: str) -> str:
     """Validate a base URL and return it without a trailing ``/`` or ``/v1``."""
     try:
@@ -162,7 +186,7 @@ def normalize_base_url(url: str) -> str:
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
         raise ConfigError("the base URL must be an absolute http(s) URL with a host")
-    if parts.scheme == "http" and host not in _LOOPBACK_HOSTS:
+    if parts.scheme == "http" and not is_loopback(host):
         raise ConfigError("plain HTTP is only allowed to a loopback host; use https")
     if parts.username is not None or parts.password is not None:
         raise ConfigError("the base URL must not contain user information")
@@ -190,7 +214,7 @@ def service_key(base_url: str) -> str:
     except (ConfigError, ValueError):
         return base_url  # not a URL this package would use: only itself matches it
     host = parts.hostname or ""
-    if host in _LOOPBACK_HOSTS:
+    if host in _LOOPBACK_SPELLINGS:
         host = "loopback"
     if port == {"https": 443, "http": 80}[parts.scheme]:
         port = None

@@ -9,7 +9,7 @@ when complete, so no failure, Ctrl-C included, leaves a half-written file.
 
 Directories travel as one tar archive through a scratch file in the
 sandbox's ``/tmp``, packed and extracted by ``tar`` there and by
-``createos_sync.files._archive`` here (see that module for what is refused).
+``createos_sync._files._archive`` here (see that module for what is refused).
 Scratch files are removed afterwards, on failure too. A remote path that
 does not exist raises ``RemoteFileNotFoundError`` (also a ``FileNotFoundError``)
 naming it, for reads, downloads and directory downloads alike.

@@ -26,21 +26,22 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 from urllib.parse import urlsplit
 
 import attrs
 
 from .._wire.deadline import Deadline
-from ..config import service_key
+from ..config import is_loopback, service_key
 from ..errors import CreateosError
-from ..network import is_loopback
 from . import background as _background
 from .fork import candidates, read_marker
 from .journal import Entry, Journal, Unreadable
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from .._wire.http import Transport
+    from .._wire.retry import Sleep
+    from ..config import Config
     from ..models import SandboxInfo
 
 Action = Literal[
@@ -51,6 +52,20 @@ PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at o
 AUTO_ENV = "CREATEOS_SYNC_AUTO_REAP"  # "off": opening a lease reaps nothing
 
 log = logging.getLogger("createos_sync.reap")
+
+
+class Account(Protocol):
+    """What ``reap`` needs of a client: ``createos_sync.Client`` is one (reaping sits
+    below the public surface, which calls it), the CLI's key-less dry run another."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def transport(self) -> Transport: ...
+    @property
+    def sleep(self) -> Sleep: ...
+    def sandboxes(self) -> list[SandboxInfo]: ...
+    def destroy(self, sandbox_id: str) -> bool: ...
 
 _swept: set[str] = set()  # the services this process has swept (once each)
 _swept_lock = threading.Lock()
@@ -79,7 +94,7 @@ class Reaped:
 
 
 def reap(
-    client: Client,
+    client: Account,
     *,
     dry_run: bool = False,
     all: bool = False,  # named after the CLI's --all
@@ -135,7 +150,7 @@ def reap(
     return outcomes
 
 
-def sweep_in_background(client: Client, journal: Journal) -> None:
+def sweep_in_background(client: Account, journal: Journal) -> None:
     """Once per process and service, when a lease opens: ``reap`` in the background.
 
     A crashed script's sandboxes (its owner is dead: SIGKILL, a crash, a
@@ -157,7 +172,7 @@ def sweep_in_background(client: Client, journal: Journal) -> None:
     )
 
 
-def _sweep(client: Client, journal: Journal) -> None:
+def _sweep(client: Account, journal: Journal) -> None:
     try:
         outcomes = reap(client, journal=journal)
     except Exception as exc:  # the client closed meanwhile, say: the entries stay for later
@@ -209,7 +224,7 @@ def _emulator_gone(entry: Entry) -> str | None:
     return None
 
 
-def _reap_entry(client: Client, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:
+def _reap_entry(client: Account, entry: Entry, by_name: _NameLookup, *, dry_run: bool) -> Reaped:
     alive = entry.owner_alive()
     why = (
         f"taken from its owner, process {entry.pid}, which still runs"
@@ -277,7 +292,7 @@ def _ids(entry: Entry) -> tuple[str, ...]:
 class _NameLookup:
     """Sandbox ids by name (or, for a fork, by marker), from one listing made on first use."""
 
-    def __init__(self, client: Client, claimed: set[str]) -> None:
+    def __init__(self, client: Account, claimed: set[str]) -> None:
         self._client = client
         self._sandboxes: list[SandboxInfo] | None = None
         self._by_name: dict[str, list[str]] | None = None

@@ -31,7 +31,6 @@ from typing import BinaryIO
 
 from .._commands.command import Command
 from .._commands.terminal import EOF_KEY
-from .._sandboxes.options import DEFAULT_TTL
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from .._wire.server_text import ID, token
@@ -39,6 +38,7 @@ from ..client import Client
 from ..config import SHAPE_ENV, default_shape
 from ..errors import CreateosApiError, CreateosError, Operation, OperationTimeout
 from ..lease import Lease
+from ..lease._options import DEFAULT_TTL
 from ..process import Process
 from ..result import RunResult
 from . import _local

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import files
+from .. import _files as files
 from .._commands.command import validate_env
 from .._resources import checks
 from .._resources import disks as _disks
-from .._sandboxes.options import MIN_TTL
+from ..lease._options import MIN_TTL
 
 
 def disk_spec(value: str) -> tuple[str, str]:

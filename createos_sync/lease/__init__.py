@@ -8,7 +8,6 @@ mixin that validates arguments and hands over to its engine module
 
 from __future__ import annotations
 
-from .._sandboxes.options import LeaseOptions, OnExit
 from ._access import AccessMethods
 from ._capacity import CapacityMethods
 from ._commands import DEFAULT_MAX_OUTPUT
@@ -19,6 +18,7 @@ from ._features import FeatureMethods
 from ._files import FileMethods
 from ._fork import ForkMethods
 from ._network import NetworkMethods
+from ._options import LeaseOptions, OnExit
 from ._overlays import OverlayMethods
 
 

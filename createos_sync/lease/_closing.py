@@ -18,13 +18,13 @@ from .._sandboxes import shield as _shield
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
-from .._sandboxes.options import OnExit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import CreateosCleanupError, CreateosError, attach_cleanup_failure
 from ..models import SandboxInfo
 from . import _ttl
 from ._making import Record
+from ._options import OnExit
 
 if TYPE_CHECKING:
     from ..client import Client

@@ -25,9 +25,6 @@ from .._sandboxes import (
     reap as _reap,
 )
 from .._sandboxes import (
-    registry as _registry,
-)
-from .._sandboxes import (
     sandbox as _sandbox,
 )
 from .._sandboxes import (
@@ -36,7 +33,6 @@ from .._sandboxes import (
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.journal import Journal
-from .._sandboxes.options import LeaseOptions, OnExit, check_on_exit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import (
@@ -48,9 +44,10 @@ from ..errors import (
     is_cleanup_error,
 )
 from ..models import SandboxInfo
-from . import _ttl
+from . import _registry, _ttl
 from ._closing import Containment
 from ._making import Record, make
+from ._options import LeaseOptions, OnExit, check_on_exit
 
 if TYPE_CHECKING:
     from ..client import Client

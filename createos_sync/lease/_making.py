@@ -21,11 +21,11 @@ from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.journal import Entry, Journal
-from .._sandboxes.options import LeaseOptions
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from ..errors import ConfigError, Operation
 from ..models import SandboxInfo
+from ._options import LeaseOptions
 
 if TYPE_CHECKING:
     from ..client import Client

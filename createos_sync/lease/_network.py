@@ -1,13 +1,13 @@
-"""The lease's network features; the engine is ``createos_sync.network``."""
+"""The lease's network features; the engine is ``_traffic``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import network
-from .._sandboxes.options import check_auto_pause, check_seconds
 from ..models import SandboxInfo
+from . import _traffic as network
 from ._core import LeaseCore
+from ._options import check_auto_pause, check_seconds
 
 
 class NetworkMethods(LeaseCore):

@@ -361,7 +361,7 @@ def test_closed_lease_refuses_further_work(client: Client, service: Service) -> 
 
 
 def test_exit_hook_closes_forgotten_leases(client: Client, service: Service) -> None:
-    from createos_sync._sandboxes import registry as _registry
+    from createos_sync.lease import _registry
 
     service.open_running()
     service.destroy_sandbox()
