@@ -67,6 +67,7 @@ class Account(Protocol):
     def sandboxes(self) -> list[SandboxInfo]: ...
     def destroy(self, sandbox_id: str) -> bool: ...
 
+
 _swept: set[str] = set()  # the services this process has swept (once each)
 _swept_lock = threading.Lock()
 

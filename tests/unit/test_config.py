@@ -228,7 +228,8 @@ def test_a_client_takes_plain_http_to_every_loopback_host(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://localhost.example.com", "http://127.0.0.1.nip.io:80", "http://[::ffff:127.0.0.1]"]
+    "url",
+    ["http://localhost.example.com", "http://127.0.0.1.nip.io:80", "http://[::ffff:127.0.0.1]"],
 )
 def test_a_client_refuses_plain_http_to_names_that_only_look_local(url: str) -> None:
     with pytest.raises(ConfigError, match="plain HTTP is only allowed to a loopback host"):
