@@ -30,16 +30,14 @@ import sys
 from typing import BinaryIO
 
 from .._commands.command import Command
-from .._commands.terminal import EOF_KEY
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from .._wire.server_text import ID, token
 from ..client import Client
 from ..config import SHAPE_ENV, default_shape
 from ..errors import CreateosApiError, CreateosError, Operation, OperationTimeout
-from ..lease import Lease
-from ..lease._options import DEFAULT_TTL
-from ..process import Process
+from ..lease import DEFAULT_TTL, Lease
+from ..process import EOF_KEY, Process
 from ..result import RunResult
 from . import _local
 from . import _run_args as _args

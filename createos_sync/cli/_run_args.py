@@ -12,7 +12,7 @@ from .. import _files as files
 from .._commands.command import validate_env
 from .._resources import checks
 from .._resources import disks as _disks
-from ..lease._options import MIN_TTL
+from ..lease import MIN_TTL
 
 
 def disk_spec(value: str) -> tuple[str, str]:

@@ -3,7 +3,8 @@
 ``Lease`` is a facade: its lifecycle and the containment rule live in
 ``_core``, and each capability (commands, files, sandbox features, forks) is a
 mixin that validates arguments and hands over to its engine module
-(``createos_sync.process``, ``createos_sync.files``, ``createos_sync.network``, ...).
+(``createos_sync.process``, ``createos_sync._files``, ``_traffic``, ...). Its options
+(``LeaseOptions``, the ttl's ``DEFAULT_TTL`` and ``MIN_TTL``) are checked in ``_options``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ._features import FeatureMethods
 from ._files import FileMethods
 from ._fork import ForkMethods
 from ._network import NetworkMethods
-from ._options import LeaseOptions, OnExit
+from ._options import DEFAULT_TTL, MIN_TTL, LeaseOptions, OnExit
 from ._overlays import OverlayMethods
 
 
@@ -37,4 +38,4 @@ class Lease(
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 
 
-__all__ = ["DEFAULT_MAX_OUTPUT", "Lease", "LeaseOptions", "OnExit"]
+__all__ = ["DEFAULT_MAX_OUTPUT", "DEFAULT_TTL", "MIN_TTL", "Lease", "LeaseOptions", "OnExit"]
