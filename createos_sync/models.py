@@ -5,7 +5,7 @@ Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
 else of the JSON is kept: sandbox records may echo environment values. Free
 text that is kept (egress rules, the ingress URL template) is checked first
-(``_server_text``), since a repr shows it.
+(``_wire.server_text``), since a repr shows it.
 """
 
 from __future__ import annotations

@@ -179,3 +179,22 @@ def test_the_private_import_check_can_fail() -> None:
     fanout = _private_imports("createos_sync.fanout")
     assert "createos_sync.lease._options" in fanout["createos_sync.fanout._pool"]
     assert not any(t.startswith("createos_sync.fanout.") for ts in fanout.values() for t in ts)
+
+
+def _classes_by_name(paths: list[Path]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(_module_name(path))
+    return found
+
+
+def test_no_two_classes_of_the_sdk_share_a_name() -> None:
+    """One name, one thing: a reader who finds ``Recovery`` in a traceback knows which.
+    (The emulator is a program of its own: its records mirror the SDK's models.)"""
+    paths = [p for p in PACKAGE.rglob("*.py") if "emulator" not in p.parts]
+    twice = {name: where for name, where in _classes_by_name(paths).items() if len(where) > 1}
+    assert twice == {}
+    # the check can fail: a module read twice has each of its classes twice
+    assert _classes_by_name([PACKAGE / "client.py"] * 2)["Client"] == ["createos_sync.client"] * 2

@@ -3,7 +3,7 @@
 The engines: ``_sandbox.created`` sends the request, checks the id and, on
 an unknown outcome, finds and destroys what the request may have made (a
 creation by its unique name; a fork, which takes no name, by the marker in
-its env: ``_fork.LostFork``). Here: the journal entry first, then the request, then
+its env: ``_sandboxes.fork.LostFork``). Here: the journal entry first, then the request, then
 the wait until the sandbox runs (or, for ``start_paused``, is paused).
 """
 
@@ -134,7 +134,7 @@ def _make(
 
     A creation carries a unique name, by which a lost answer is recovered; a
     fork takes no name, so it carries the name in its env, by which a lost
-    answer is recovered (``_fork.LostFork``). From the moment its id is
+    answer is recovered (``_sandboxes.fork.LostFork``). From the moment its id is
     known, the sandbox is ``record.made_id``, which a failed ``open()``
     destroys.
     """
