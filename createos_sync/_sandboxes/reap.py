@@ -61,7 +61,7 @@ class Account(Protocol):
     @property
     def config(self) -> Config: ...
     @property
-    def transport(self) -> Transport: ...
+    def _transport(self) -> Transport: ...  # the package's own (Client's is private)
     @property
     def sleep(self) -> Sleep: ...
     def sandboxes(self) -> list[SandboxInfo]: ...
@@ -316,7 +316,7 @@ class _NameLookup:
     def forks(self, entry: Entry) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The fork carrying ``entry``'s marker, and the forks whose marker could not be read."""
         assert entry.fork_from is not None
-        transport = self._client.transport
+        transport = self._client._transport
         ours, unread = [], []
         for fork in candidates(self._listing(), entry.fork_from, self._claimed):
             if fork.id not in self._markers:

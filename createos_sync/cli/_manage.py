@@ -23,13 +23,14 @@ from typing import Any, cast
 
 import attrs
 
-from .._sandboxes.journal import Entry, Journal
-from .._sandboxes.reap import reap
-from .._wire.server_text import ID, STATUS, token
 from ..client import Client
 from ..config import API_KEY_ENV, BASE_URL_ENVS, DEFAULT_BASE_URL, normalize_base_url
 from ..errors import ConfigError, CreateosError
+from ..journal import Entry, Journal, reap
+from ..models import ID_PATTERN as ID
+from ..models import STATUS_PATTERN as STATUS
 from ..models import SandboxInfo
+from ..models import shown_text as token
 from ._local import account, add_local_flag
 from ._report import EXIT_FAILURE, say
 

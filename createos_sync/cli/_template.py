@@ -13,8 +13,8 @@ from pathlib import Path
 
 import attrs
 
-from .._wire.server_text import TEMPLATE_STATUS
 from ..errors import CreateosError
+from ..models import TEMPLATE_STATUS_PATTERN as TEMPLATE_STATUS
 from ._local import account, add_local_flag
 from ._manage import NAME, _jsonable, _print_json, _print_table, id_argument, shown
 from ._report import EXIT_FAILURE, UsageError, say

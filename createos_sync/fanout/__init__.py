@@ -170,7 +170,7 @@ def map(
     owned = client is None
     client = client if client is not None else Client()
     fan = _FanOut(fn, client, concurrency, return_exceptions, executor, reuse)
-    waiting = client.transport.pacer.waiting
+    waiting = client._transport.pacer.waiting
     try:
         if setup is None:
             return fan.run(source, options, Progress(progress, total, waiting=waiting))

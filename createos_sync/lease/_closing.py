@@ -169,4 +169,4 @@ class Containment:
         self._record.forget()
 
     def _cleanup_deadline(self) -> Deadline:
-        return Deadline.after(self._client.transport.config.cleanup_timeout)
+        return Deadline.after(self._client._transport.config.cleanup_timeout)

@@ -166,7 +166,7 @@ class LeaseCore(Containment):
                 deadline = Deadline.after(self._command_timeout())
                 info = self._obtain(deadline)
                 sleep, explain = self._client.sleep, self._watchdog.explain
-                box = Box(self._client.transport, info.id, sleep=sleep, explain=explain)
+                box = Box(self._client._transport, info.id, sleep=sleep, explain=explain)
                 if self._state == "opening":  # else close() won meanwhile: arm nothing
                     _ttl.arm(self._watchdog, box, info, deadline)  # every way of opening is here
                 self._become_open(info, box)
@@ -180,7 +180,7 @@ class LeaseCore(Containment):
         return self
 
     def _obtain(self, deadline: Deadline) -> SandboxInfo:
-        transport = self._client.transport
+        transport = self._client._transport
         if self._options.sandbox_id is not None:
             with _shield.delivered():
                 return _sandbox.ensure_running(
@@ -239,7 +239,7 @@ class LeaseCore(Containment):
         try:
             with _shield.delivered():
                 destroyed = _sandbox.destroy(
-                    self._client.transport, sandbox_id, self._cleanup_deadline()
+                    self._client._transport, sandbox_id, self._cleanup_deadline()
                 )
         except BaseException as second:
             kept = (
@@ -335,7 +335,7 @@ class LeaseCore(Containment):
         if self._lifetime is not None:
             self._lifetime.cancel()
         if fresh_session:
-            self._client.transport.reset_session()
+            self._client._transport.reset_session()
         failure: CreateosCleanupError | None = None
         try:
             failure = self._contain()
@@ -444,7 +444,7 @@ class LeaseCore(Containment):
         return box
 
     def _command_timeout(self) -> float:
-        return self._options.timeout or self._client.transport.config.timeout
+        return self._options.timeout or self._client._transport.config.timeout
 
     def _op_deadline(self) -> Deadline:
         return Deadline.after(self._command_timeout())

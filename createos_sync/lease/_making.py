@@ -83,7 +83,7 @@ def make(
     is looked up first: 1 request each) and recorded in ``attached``, which
     ``close()`` detaches before it destroys.
     """
-    transport = client.transport
+    transport = client._transport
     source = options.fork_from
     if source is not None:
         return _make(
@@ -138,7 +138,7 @@ def _make(
     known, the sandbox is ``record.made_id``, which a failed ``open()``
     destroys.
     """
-    transport = client.transport
+    transport = client._transport
     name = f"{options.name or 'createos-sync'}-{secrets.token_hex(6)}"
     recovery = None
     if fork_of is None:

@@ -113,7 +113,7 @@ def test_cleanup_gets_60_seconds_unless_told_otherwise() -> None:
     """The README's figure, as a literal: cleanup has its own time, 60 s."""
     assert Client("k", "https://api.test").config.cleanup_timeout == 60.0
     shorter = Client("k", "https://api.test", cleanup_timeout=2.5)
-    assert shorter.transport.config.cleanup_timeout == 2.5
+    assert shorter._transport.config.cleanup_timeout == 2.5
 
 
 def test_repr_hides_the_key() -> None:
