@@ -181,3 +181,33 @@ def test_no_two_classes_of_the_sdk_share_a_name() -> None:
     assert twice == {}
     # the check can fail: a module read twice has each of its classes twice
     assert _classes_by_name([PACKAGE / "client.py"] * 2)["Client"] == ["createos_sync.client"] * 2
+
+
+def _writers(attribute: str, package: Path) -> set[str]:
+    """The functions of ``package`` that assign ``self.<attribute>``."""
+    found = set()
+    for path in package.rglob("*.py"):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                    else []
+                )
+                if any(ast.unparse(t) == f"self.{attribute}" for t in targets):
+                    found.add(f"{_module_name(path)}.{function.name}")
+    return found
+
+
+def test_a_leases_sandbox_record_has_one_writer() -> None:
+    """Ten mixins share a lease's state: the last sandbox record seen is written in one
+    place, which every mixin hands its records to."""
+    assert _writers("_info", PACKAGE / "lease") == {
+        "createos_sync.lease._core.__init__",  # None until the lease opens
+        "createos_sync.lease._closing._saw",
+    }
+    assert "createos_sync.lease._core.__init__" in _writers("_box", PACKAGE / "lease")

@@ -11,7 +11,7 @@ its processes (``_name_leftovers``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("createos_sync.lease")
 
+Seen = TypeVar("Seen", SandboxInfo, None)
+
 
 class Containment:
     """What ``LeaseCore.close()`` runs once the lease is closing."""
@@ -43,6 +45,16 @@ class Containment:
     _on_exit: OnExit
     _settled: bool  # destroyed, or left as on_exit asked: nothing to name
     _attached: Attachments
+
+    def _saw(self, info: Seen) -> Seen:
+        """Keep ``info`` as the sandbox's last record seen (None: the sandbox is gone).
+
+        The one writer of ``_info`` (``LeaseCore`` starts it at None), which
+        ``status``, ``preview_url`` and ``grow_disk`` read: every part of the
+        lease hands the records it gets here.
+        """
+        self._info = info
+        return info
 
     def _name_leftovers(self, exc: BaseException) -> None:
         """``close()`` was cut short: unless its sandbox is gone, ``exc`` names what is left."""
@@ -110,7 +122,7 @@ class Containment:
                     sandbox_id=box.sandbox_id,
                     sandbox_destroyed=False,
                 )
-            self._info = None
+            self._saw(None)
             return None
         kept = "kept" if self._on_exit == "keep" else "paused"
         with _shield.delivered():
@@ -127,7 +139,7 @@ class Containment:
                     info = _sandbox.pause(
                         box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
                     )
-                self._info = info
+                self._saw(info)
             except CreateosError as exc:
                 return CreateosCleanupError(
                     f"sandbox {box.sandbox_id} could not be paused ({exc}): it is still running",

@@ -82,7 +82,7 @@ class LeaseCore(Containment):
         self._state = "new"  # new -> opening -> open -> closing -> closed
         self._closed_event = threading.Event()
         self._box: Box | None = None
-        self._info: SandboxInfo | None = None
+        self._info: SandboxInfo | None = None  # the last record seen: set by _saw only
         self._abandoned: CreateosCleanupError | None = None
         self._lifetime: _background.Job | None = None
         self._watchdog = Watchdog(options.effective_ttl)
@@ -192,7 +192,7 @@ class LeaseCore(Containment):
         with self._lock:
             if self._state != "opening":  # close() was called meanwhile: it wins
                 raise LeaseClosed("the lease was closed while it was opening")
-            self._info = info
+            self._saw(info)
             self._box = box
             self._state = "open"
             self._opened_at = time.monotonic()
