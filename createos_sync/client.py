@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import requests
 
 from . import templates
@@ -385,16 +386,11 @@ class Client:
 
 
 def client_for(config: Config) -> Client:
-    """A new client with the settings of ``config`` (in another process, or a fresh session)."""
-    return Client(
-        config.api_key,
-        config.base_url,
-        timeout=config.timeout,
-        max_retries=config.max_retries,
-        requests_per_minute=config.requests_per_minute,
-        rate_scope=config.rate_scope,
-        ca_bundle=config.ca_bundle,
-    )
+    """A new client with the settings of ``config`` (in another process, or a fresh session).
+
+    ``Config``'s fields are ``Client``'s settings, by name: the one list of them.
+    """
+    return Client(**attrs.asdict(config, recurse=False))
 
 
 def _checked_method(method: object) -> str:

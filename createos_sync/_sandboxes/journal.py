@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import socket
 import threading
 import time
@@ -46,7 +45,7 @@ from typing import Any
 import attrs
 
 from .._wire.server_text import ID
-from ..config import STATE_DIR_ENV, private_dir, private_file, state_dir
+from ..config import STATE_DIR_ENV, lock_record, new_beside, private_dir, private_file, state_dir
 from ..errors import ConfigError
 
 log = logging.getLogger("createos_sync.journal")
@@ -56,7 +55,6 @@ FILE_NAME = "leases.json"
 SET_ASIDE_PREFIX = FILE_NAME + ".unreadable-"
 # A live holder of the journal's lock for this long is stuck (stopped, deadlocked): give up.
 LOCK_PATIENCE = 10.0
-LOCK_POLL = 0.02
 _OFF = frozenset({"off", "0", "false", "no"})
 _ON = frozenset({"", "on", "1", "true", "yes"})
 # A lease name cut off mid-entry in a damaged file: enough to look the sandbox up.
@@ -404,20 +402,10 @@ def _wait_for_lock(fd: int, patience: float) -> None:
     ``OSError``, which ``add`` turns into a refusal to create and the other
     updates into a warning (the entry stays for ``reap``).
     """
-    ends = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                raise
-        if time.monotonic() >= ends:
-            raise BlockingIOError(
-                errno.EAGAIN,
-                f"its lock was held by another process for more than {patience:g} s",
-            )
-        time.sleep(LOCK_POLL)
+    if not lock_record(fd, patience):
+        raise BlockingIOError(
+            errno.EAGAIN, f"its lock was held by another process for more than {patience:g} s"
+        )
 
 
 def _new_private_file(directory: Path) -> tuple[int, str]:
@@ -430,9 +418,5 @@ def _new_private_file(directory: Path) -> tuple[int, str]:
     journal's record lock, which then blocked every other process's leases too.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        path = str(directory / f".leases.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(path, flags, 0o600), path
-        except FileExistsError:
-            continue
+    path, fd = new_beside(str(directory / "leases"), ".tmp", lambda p: os.open(p, flags, 0o600))
+    return fd, path

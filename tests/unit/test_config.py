@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
+import attrs
 import pytest
 import requests
 
@@ -164,8 +166,15 @@ def test_a_client_for_a_configuration_has_all_of_it(
         requests_per_minute=60,
         rate_scope="process",
         ca_bundle=bundle,
+        cleanup_timeout=7.5,  # lost on the way before issue 39: its keywords were listed twice
     ).config
     assert client_for(config).config == config
+
+
+def test_configs_fields_are_the_clients_settings() -> None:
+    """``client_for`` passes a ``Config``'s fields as ``Client``'s keywords: one list."""
+    settings = set(inspect.signature(Client).parameters) - {"session", "sleep"}
+    assert settings == {field.name for field in attrs.fields(Config)}
 
 
 @pytest.mark.parametrize(
