@@ -14,13 +14,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import requests
 
-from . import templates
-from ._resources import checks
+from ._resources import checks, templates
 from ._resources import disks as _disks
 from ._resources import networks as _networks
 from ._resources import tokens as _tokens
 from ._wire import api as _api
-from ._wire import retry as _retry
 from ._wire.deadline import Deadline
 from ._wire.http import Transport
 from .config import Config, RateScope
@@ -86,7 +84,7 @@ class Client:
         session: requests.Session | None = None,
         ca_bundle: str | os.PathLike[str] | None = None,
         cleanup_timeout: float = 60.0,
-        sleep: _retry.Sleep = time.sleep,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = Config.resolve(
             api_key,

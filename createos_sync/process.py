@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 
 from ._commands.command import Command, Gate, unwrap
-from ._commands.execution import Execution, StdinData, gone_with_its_sandbox, launch, release
+from ._commands.execution import Execution, gone_with_its_sandbox, launch, release
+from ._commands.execution import StdinData as StdinData
 from ._commands.follow import Deliver
 from ._commands.output import Capture, LiveOutput, fan_out
 from ._commands.terminal import DEFAULT_SIZE as DEFAULT_SIZE

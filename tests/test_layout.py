@@ -211,3 +211,110 @@ def test_a_leases_sandbox_record_has_one_writer() -> None:
         "createos_sync.lease._closing._saw",
     }
     assert "createos_sync.lease._core.__init__" in _writers("_box", PACKAGE / "lease")
+
+
+def _is_private(module: str) -> bool:
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split(".")[1:])
+
+
+def _public_modules() -> list[str]:
+    names = [_module_name(p) for p in PACKAGE.rglob("*.py")]
+    return sorted(
+        n
+        for n in names
+        if not _is_private(n)
+        and not n.startswith(("createos_sync.emulator", "createos_sync.integrations"))
+        and not n.endswith("__main__")
+    )
+
+
+def _imported_names(path: Path) -> dict[str, tuple[str, str]]:
+    """Local name -> (module, name) of every ``from X import name`` in ``path``."""
+    name = _module_name(path)
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                found[alias.asname or alias.name] = (source, alias.name)
+    return found
+
+
+def _signature_types(path: Path, classes: set[str] | None) -> list[tuple[str, str]]:
+    """(where, name) of each name in the annotations of the public functions of ``path``
+    (of its public classes' public methods and ``__init__``; of ``classes`` only if given)."""
+    out = []
+
+    def annotations(where: str, function: ast.FunctionDef) -> None:
+        args = function.args
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        nodes = [a.annotation for a in every if a is not None and a.annotation is not None]
+        if function.returns is not None:
+            nodes.append(function.returns)
+        for node in nodes:
+            text = node.value if isinstance(node, ast.Constant) else ast.unparse(node)
+            for part in ast.walk(ast.parse(str(text), mode="eval")):
+                if isinstance(part, ast.Name):
+                    out.append((where, part.id))
+
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and classes is None and not node.name.startswith("_"):
+            annotations(node.name, node)
+        elif isinstance(node, ast.ClassDef) and (
+            node.name in classes if classes is not None else not node.name.startswith("_")
+        ):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and (
+                    item.name == "__init__" or not item.name.startswith("_")
+                ):
+                    annotations(f"{node.name}.{item.name}", item)
+    return out
+
+
+# Constructed by the lease, never by a user, and in modules that issues 36 and 37 rewrite:
+# moving their Box-taking parts into a private room waits for those.
+TAKE_PRIVATE_TYPES_STILL = {
+    "createos_sync.computer: Computer.__init__ takes createos_sync._sandboxes.box.Box",
+    "createos_sync.computer: Computer.__init__ takes createos_sync._wire.deadline.Deadline",
+    "createos_sync.process: Process.__init__ takes createos_sync._sandboxes.box.Box",
+    "createos_sync.process: start takes createos_sync._sandboxes.box.Box",
+    "createos_sync.process: start takes createos_sync._commands.command.Command",
+    "createos_sync.process: reattach takes createos_sync._sandboxes.box.Box",
+}
+
+
+def test_public_modules_take_and_give_only_public_types() -> None:
+    """A type in a public signature can be named by its user: it is reachable from a public
+    module. (``Lease``'s methods live in its private mixins: they are checked too.)"""
+    import importlib
+
+    import createos_sync
+
+    publics = [importlib.import_module(m) for m in _public_modules()]
+    lease_mixins = {
+        (cls.__module__, cls.__name__)
+        for cls in createos_sync.Lease.__mro__
+        if cls.__module__.startswith("createos_sync.lease.")
+    }
+    sources: list[tuple[str, Path, set[str] | None]] = [
+        (m, PACKAGE.parent / (m.replace(".", "/") + ".py"), None) for m in _public_modules()
+    ]
+    sources = [
+        (m, p if p.is_file() else p.with_suffix("") / "__init__.py", c) for m, p, c in sources
+    ]
+    for module, name in sorted(lease_mixins):
+        sources.append((module, PACKAGE.parent / (module.replace(".", "/") + ".py"), {name}))
+    private_types = set()
+    for module, path, classes in sources:
+        imported = _imported_names(path)
+        for where, name in _signature_types(path, classes):
+            if name not in imported or not _is_private(imported[name][0]):
+                continue
+            source, attribute = imported[name]
+            thing = getattr(importlib.import_module(source), attribute)
+            if not any(getattr(p, attribute, None) is thing for p in publics):
+                private_types.add(f"{module}: {where} takes {source}.{attribute}")
+    assert private_types <= TAKE_PRIVATE_TYPES_STILL, sorted(private_types)
+    assert _signature_types(PACKAGE / "client.py", {"Client"})  # the scan sees signatures

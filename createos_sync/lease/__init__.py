@@ -19,8 +19,8 @@ from ._features import FeatureMethods
 from ._files import FileMethods
 from ._fork import ForkMethods
 from ._network import NetworkMethods
-from ._options import DEFAULT_TTL, MIN_TTL, LeaseOptions, OnExit
-from ._overlays import OverlayMethods
+from ._options import DEFAULT_TTL, MIN_TTL, LeaseKeywords, LeaseOptions, OnExit
+from ._private_networks import OverlayMethods
 
 
 class Lease(
@@ -38,4 +38,12 @@ class Lease(
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 
 
-__all__ = ["DEFAULT_MAX_OUTPUT", "DEFAULT_TTL", "MIN_TTL", "Lease", "LeaseOptions", "OnExit"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT",
+    "DEFAULT_TTL",
+    "MIN_TTL",
+    "Lease",
+    "LeaseKeywords",
+    "LeaseOptions",
+    "OnExit",
+]
