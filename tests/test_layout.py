@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -318,3 +319,28 @@ def test_public_modules_take_and_give_only_public_types() -> None:
                 private_types.add(f"{module}: {where} takes {source}.{attribute}")
     assert private_types <= TAKE_PRIVATE_TYPES_STILL, sorted(private_types)
     assert _signature_types(PACKAGE / "client.py", {"Client"})  # the scan sees signatures
+
+
+def test_docstrings_name_modules_that_exist() -> None:
+    """``createos_sync.x.y`` written in the package names a module or one of its names
+    (logger names and the optional integrations aside)."""
+    import importlib
+
+    skip = ("createos_sync.budget", "createos_sync.integrations.")
+    missing = set()
+    for path in PACKAGE.rglob("*.py"):
+        for dotted in re.findall(r"``(createos_sync(?:\.\w+)+)``", path.read_text()):
+            if dotted.startswith(skip):
+                continue
+            parts = dotted.split(".")
+            for cut in range(len(parts), 0, -1):
+                try:
+                    thing: object = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                for attribute in parts[cut:]:
+                    thing = getattr(thing, attribute, None)
+                break
+            if thing is None:
+                missing.add(f"{_module_name(path)}: {dotted}")
+    assert missing == set()

@@ -25,7 +25,7 @@ Robustness, each case a test:
   (``lockf``) taken on the file itself. The kernel drops such a lock when its
   holder dies, SIGKILL included, so a dead holder never blocks anyone; unlike
   ``flock``, the lock is not inherited by a child forked while it is held
-  (see ``_journal``). Threads of one process take a thread lock first, since
+  (see ``_sandboxes.journal``). Threads of one process take a thread lock first, since
   record locks belong to the process.
 - A holder that lives but does not let go (stopped with SIGSTOP, a
   debugger) is found out once per process: the lock is waited for at most
