@@ -84,7 +84,7 @@ def test_open_sends_a_unique_name_and_the_settings(client: Client, service: Serv
     assert bodies[0]["name"].startswith("job-")
     assert bodies[0]["name"] != bodies[1]["name"]
     for lease in (first, second):
-        lease._finish_close()
+        service.close(lease)
 
 
 def test_open_polls_until_running_backing_off(
@@ -649,7 +649,7 @@ def test_a_waiting_resume_stops_at_error(
     with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is error"):
         box.resume()
     assert len(service.calls("POST", "/resume")) == 1  # error is not resumed again and again
-    box._finish_close()
+    service.close(box)
 
 
 def test_a_hostile_sandbox_status_is_never_shown(client: Client, service: Service) -> None:
