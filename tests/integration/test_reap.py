@@ -16,10 +16,10 @@ import createos_sync as cs
 from createos_sync import reap
 from createos_sync._sandboxes import reap as reap_module
 from createos_sync._sandboxes.fork import MARKER
-from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync._wire import api as _api
 from createos_sync._wire.deadline import Deadline
 from createos_sync.emulator import Emulator, Fault
+from createos_sync.journal import Entry, Journal
 
 from ..waiting import wait_until
 from .subprocesses import CLI, emulator_env, finish, read_until, spawn

@@ -13,7 +13,7 @@ import requests
 import createos_sync as cs
 from createos_sync import Client
 from createos_sync._sandboxes.fork import MARKER
-from createos_sync._sandboxes.journal import Entry, Journal
+from createos_sync.journal import Entry, Journal
 
 from .wire import API, SANDBOX, Service, sandbox
 
