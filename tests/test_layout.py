@@ -261,7 +261,9 @@ def _signature_types(path: Path, classes: set[str] | None) -> list[tuple[str, st
                     out.append((where, part.id))
 
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.FunctionDef) and classes is None and not node.name.startswith("_"):
+        if isinstance(node, ast.FunctionDef) and (
+            node.name in classes if classes is not None else not node.name.startswith("_")
+        ):
             annotations(node.name, node)
         elif isinstance(node, ast.ClassDef) and (
             node.name in classes if classes is not None else not node.name.startswith("_")
@@ -307,6 +309,14 @@ def test_public_modules_take_and_give_only_public_types() -> None:
     ]
     for module, name in sorted(lease_mixins):
         sources.append((module, PACKAGE.parent / (module.replace(".", "/") + ".py"), {name}))
+    for public in publics:  # what a public module re-exports from a private one
+        for name in getattr(public, "__all__", ()):
+            origin = getattr(getattr(public, name), "__module__", "")
+            if origin.startswith("createos_sync.") and _is_private(origin):
+                path = PACKAGE.parent / (origin.replace(".", "/") + ".py")
+                if not path.is_file():
+                    path = path.with_suffix("") / "__init__.py"
+                sources.append((origin, path, {name}))
     private_types = set()
     for module, path, classes in sources:
         imported = _imported_names(path)

@@ -40,7 +40,6 @@ from .journal import Entry, Journal, Unreadable
 
 if TYPE_CHECKING:
     from .._wire.http import Transport
-    from .._wire.retry import Sleep
     from ..config import Config
     from ..models import SandboxInfo
 
@@ -63,7 +62,7 @@ class Account(Protocol):
     @property
     def _transport(self) -> Transport: ...  # the package's own (Client's is private)
     @property
-    def sleep(self) -> Sleep: ...
+    def sleep(self) -> Callable[[float], None]: ...
     def sandboxes(self) -> list[SandboxInfo]: ...
     def destroy(self, sandbox_id: str) -> bool: ...
 
