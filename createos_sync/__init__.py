@@ -13,11 +13,7 @@ from __future__ import annotations
 from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ._sandboxes.options import lease_options as _lease_options
-from ._sandboxes.options import takes_lease_keywords as _takes_lease_keywords
 from ._sandboxes.reap import reap
-from ._sandboxes.registry import close_all
-from ._sandboxes.registry import open_leases as leases
 from .client import Client
 from .computer import Screenshot, Window
 from .config import Config
@@ -42,6 +38,10 @@ from .errors import (
 from .fanout import map
 from .interpreter import CodeContext, CodeFailed, Execution, ExecutionError, Result
 from .lease import Lease
+from .lease._options import lease_options as _lease_options
+from .lease._options import takes_lease_keywords as _takes_lease_keywords
+from .lease._registry import close_all
+from .lease._registry import open_leases as leases
 from .models import (
     AccessTokenInfo,
     Bandwidth,
@@ -59,7 +59,7 @@ from .result import RunResult
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._sandboxes.options import LeaseKeywords
+    from .lease._options import LeaseKeywords
 
 __version__ = "0.1.0"
 
@@ -144,7 +144,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """
     from .interpreter import _magics as _ipython
 
-    _ipython.load(ipython)
+    _ipython.load(ipython, lease_type=Lease, new_lease=lease)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -11,26 +11,26 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import requests
 
-from . import templates
-from ._resources import checks
+from ._resources import checks, templates
 from ._resources import disks as _disks
 from ._resources import networks as _networks
-from ._sandboxes.options import check_seconds, lease_options, takes_lease_keywords
+from ._resources import tokens as _tokens
 from ._wire import api as _api
-from ._wire import retry as _retry
 from ._wire.deadline import Deadline
 from ._wire.http import Transport
 from .config import Config, RateScope
 from .errors import ConfigError
 from .lease import Lease
-from .models import Disk, Network, SandboxInfo, Shape, Template
+from .lease._options import check_seconds, lease_options, takes_lease_keywords
+from .models import AccessToken, Disk, Network, SandboxInfo, Shape, Template
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._sandboxes.options import LeaseKeywords
+    from .lease._options import LeaseKeywords
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 # One or more segments of unreserved characters (and a few sub-delimiters): no scheme, host,
@@ -84,7 +84,7 @@ class Client:
         session: requests.Session | None = None,
         ca_bundle: str | os.PathLike[str] | None = None,
         cleanup_timeout: float = 60.0,
-        sleep: _retry.Sleep = time.sleep,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = Config.resolve(
             api_key,
@@ -99,23 +99,23 @@ class Client:
         if session is not None and ca_bundle is not None:
             raise ConfigError("give ca_bundle or session, not both (set the session's verify)")
         self.sleep = sleep
-        self.transport = Transport(self.config, session=session, sleep=sleep)
+        self._transport = Transport(self.config, session=session, sleep=sleep)
 
     def shapes(self) -> list[Shape]:
         """The machine shapes on offer (1 request)."""
-        items = _api.list_shapes(self.transport, self._deadline())
+        items = _api.list_shapes(self._transport, self._deadline())
         return [Shape.from_api(item) for item in items if isinstance(item, Mapping)]
 
     def sandboxes(self) -> list[SandboxInfo]:
         """Every sandbox of the account (1 request per 500)."""
         return [
-            SandboxInfo.from_api(s) for s in _api.list_sandboxes(self.transport, self._deadline())
+            SandboxInfo.from_api(s) for s in _api.list_sandboxes(self._transport, self._deadline())
         ]
 
     def sandbox(self, sandbox_id: str) -> SandboxInfo:
         """The sandbox ``sandbox_id``, read afresh (1 request)."""
         _check_id("sandbox_id", sandbox_id)
-        return SandboxInfo.from_api(_api.get_sandbox(self.transport, sandbox_id, self._deadline()))
+        return SandboxInfo.from_api(_api.get_sandbox(self._transport, sandbox_id, self._deadline()))
 
     def destroy(self, sandbox_id: str) -> bool:
         """Destroy the sandbox ``sandbox_id`` (1 request).
@@ -125,7 +125,7 @@ class Client:
         (already destroyed, or a mistyped id).
         """
         _check_id("sandbox_id", sandbox_id)
-        return _api.delete_sandbox(self.transport, sandbox_id, self._deadline())
+        return _api.delete_sandbox(self._transport, sandbox_id, self._deadline())
 
     @takes_lease_keywords
     def lease(self, shape: str | None = None, **options: Unpack[LeaseKeywords]) -> Lease:
@@ -180,7 +180,7 @@ class Client:
         templates.check_build(name, dockerfile, base, on_log, echo)
         seconds = check_seconds("timeout", timeout) or templates.DEFAULT_BUILD_TIMEOUT
         return templates.build(
-            self.transport,
+            self._transport,
             name,
             dockerfile,
             base,
@@ -193,13 +193,13 @@ class Client:
     def templates(self) -> list[Template]:
         """Every template of the account (1 request per 500)."""
         return [
-            Template.from_api(t) for t in _api.list_templates(self.transport, self._deadline())
+            Template.from_api(t) for t in _api.list_templates(self._transport, self._deadline())
         ]
 
     def template(self, template_id: str) -> Template:
         """The template ``template_id``, read afresh (1 request)."""
         _check_id("template_id", template_id)
-        return Template.from_api(_api.get_template(self.transport, template_id, self._deadline()))
+        return Template.from_api(_api.get_template(self._transport, template_id, self._deadline()))
 
     def delete_template(self, template_id: str) -> bool:
         """Delete the template ``template_id`` (1 request): True if it was deleted, False
@@ -210,11 +210,11 @@ class Client:
         not affected.
         """
         _check_id("template_id", template_id)
-        return _api.delete_template(self.transport, template_id, self._deadline())
+        return _api.delete_template(self._transport, template_id, self._deadline())
 
     def disks(self) -> list[Disk]:
         """Every persistent disk registered with the account (1 request per 500)."""
-        return [Disk.from_api(d) for d in _api.list_disks(self.transport, self._deadline())]
+        return [Disk.from_api(d) for d in _api.list_disks(self._transport, self._deadline())]
 
     def create_disk(
         self,
@@ -245,12 +245,12 @@ class Client:
             name, bucket=bucket, endpoint=endpoint, access_key=access_key,
             secret_key=secret_key, region=region, path_style=path_style,
         )  # fmt: skip
-        return Disk.from_api(_api.create_disk(self.transport, body, self._deadline()))
+        return Disk.from_api(_api.create_disk(self._transport, body, self._deadline()))
 
     def disk(self, id_or_name: str) -> Disk:
         """The disk ``id_or_name`` (its id or its name), read afresh (1 request)."""
         key = _disks.ref_key(_disks.check_ref(id_or_name))
-        return Disk.from_api(_api.get_disk(self.transport, key, self._deadline()))
+        return Disk.from_api(_api.get_disk(self._transport, key, self._deadline()))
 
     def delete_disk(self, id_or_name: str | Disk) -> bool:
         """Delete the registration of disk ``id_or_name`` (its bucket keeps its files);
@@ -258,7 +258,7 @@ class Client:
 
         Request budget: 1."""
         key = _disks.ref_key(_disks.check_ref(id_or_name))
-        return _api.delete_disk(self.transport, key, self._deadline())
+        return _api.delete_disk(self._transport, key, self._deadline())
 
     def rotate_disk_credentials(
         self, id_or_name: str | Disk, *, access_key: str, secret_key: str
@@ -268,25 +268,25 @@ class Client:
         access_key, secret_key = _disks.masked(access_key, secret_key)  # as in create_disk
         key = _disks.ref_key(_disks.check_ref(id_or_name))
         keys = _disks.credentials(access_key, secret_key)
-        answer = _api.rotate_disk_credentials(self.transport, key, keys, self._deadline())
+        answer = _api.rotate_disk_credentials(self._transport, key, keys, self._deadline())
         return Disk.from_api(answer)
 
     def networks(self) -> list[Network]:
         """Every private network of the account (1 request per 500)."""
-        return [Network.from_api(n) for n in _api.list_networks(self.transport, self._deadline())]
+        return [Network.from_api(n) for n in _api.list_networks(self._transport, self._deadline())]
 
     def create_network(self, name: str) -> Network:
         """A new private network called ``name``; sandboxes join it with
         ``lease(networks=[net])`` or ``box.attach_network(net)`` (1 request, never repeated
         after a lost answer)."""
         checked = checks.network_name(name)
-        return Network.from_api(_api.create_network(self.transport, checked, self._deadline()))
+        return Network.from_api(_api.create_network(self._transport, checked, self._deadline()))
 
     def network(self, network_id: str | Network) -> Network:
         """The network ``network_id`` (or a ``Network``), read afresh: ``.members`` maps
         sandbox ids to their ips on it (1 request)."""
         key = _networks.network_id(_networks.check_ref(network_id))
-        return Network.from_api(_api.get_network(self.transport, key, self._deadline()))
+        return Network.from_api(_api.get_network(self._transport, key, self._deadline()))
 
     def delete_network(self, network_id: str | Network) -> bool:
         """Delete the network ``network_id``; False if unknown. The service refuses while it
@@ -296,12 +296,33 @@ class Client:
         Request budget: 1, plus 1 per refusal while it is in use.
         """
         key = _networks.network_id(_networks.check_ref(network_id))
-        return _networks.delete(self.transport, key, self._deadline(), self.sleep)
+        return _networks.delete(self._transport, key, self._deadline(), self.sleep)
+
+    def rootfs(self) -> list[str]:
+        """The names of the published root file systems (``lease(rootfs=...)``); 1 request."""
+        return _api.list_rootfs(self._transport, self._deadline())
+
+    def create_access_token(self, sandbox_id: str) -> AccessToken:
+        """A new access token for sandbox ``sandbox_id``, as ``Lease.create_access_token``
+        makes one for its own: shown once (keep it like the API key). 1 request, never
+        repeated after a lost answer (``rotate_access_token`` then makes a usable one)."""
+        _check_id("sandbox_id", sandbox_id)
+        return _tokens.create(self._transport, sandbox_id, self._deadline())
+
+    def rotate_access_token(self, sandbox_id: str) -> AccessToken:
+        """Replace the token of sandbox ``sandbox_id`` (the old one stops working); 1 request."""
+        _check_id("sandbox_id", sandbox_id)
+        return _tokens.rotate(self._transport, sandbox_id, self._deadline())
+
+    def disable_access_token(self, sandbox_id: str) -> None:
+        """Revoke the token of sandbox ``sandbox_id`` (none, or revoked, is fine); 1 request."""
+        _check_id("sandbox_id", sandbox_id)
+        _api.disable_access_token(self._transport, sandbox_id, self._deadline())
 
     def sandbox_by_ip(self, ip: str) -> SandboxInfo:
         """The sandbox with this (private) ip (1 request)."""
         address = checks.ip(ip)
-        return SandboxInfo.from_api(_api.sandbox_by_ip(self.transport, address, self._deadline()))
+        return SandboxInfo.from_api(_api.sandbox_by_ip(self._transport, address, self._deadline()))
 
     def request(
         self,
@@ -340,12 +361,12 @@ class Client:
                 raise TypeError(f"json must be JSON-serialisable ({type(exc).__name__})") from None
         query = _checked_params(params)
         return _api.request(
-            self.transport, verb, relative, self._deadline(), json_body=json, params=query
+            self._transport, verb, relative, self._deadline(), json_body=json, params=query
         )
 
     def close(self) -> None:
         """Release the HTTP session (if this client created it)."""
-        self.transport.close()
+        self._transport.close()
 
     def _deadline(self) -> Deadline:
         return Deadline.after(self.config.timeout)
@@ -366,16 +387,11 @@ class Client:
 
 
 def client_for(config: Config) -> Client:
-    """A new client with the settings of ``config`` (in another process, or a fresh session)."""
-    return Client(
-        config.api_key,
-        config.base_url,
-        timeout=config.timeout,
-        max_retries=config.max_retries,
-        requests_per_minute=config.requests_per_minute,
-        rate_scope=config.rate_scope,
-        ca_bundle=config.ca_bundle,
-    )
+    """A new client with the settings of ``config`` (in another process, or a fresh session).
+
+    ``Config``'s fields are ``Client``'s settings, by name: the one list of them.
+    """
+    return Client(**attrs.asdict(config, recurse=False))
 
 
 def _checked_method(method: object) -> str:

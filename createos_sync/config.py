@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import math
 import os
-from collections.abc import Mapping
+import secrets
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
 
 from .errors import ConfigError
+
+Made = TypeVar("Made")
 
 DEFAULT_BASE_URL = "https://api.sb.createos.sh"
 DEFAULT_SHAPE = "s-1vcpu-1gb"
@@ -23,7 +29,9 @@ RateScope = Literal["machine", "process"]
 CA_BUNDLE_ENV = "CREATEOS_CA_BUNDLE"
 STATE_DIR_ENV = "CREATEOS_SYNC_STATE_DIR"
 
-_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# The spellings of this machine's default loopback host: one service, whichever is written.
+# (127.0.0.2 is loopback too, but another address: a service there is another one.)
+_LOOPBACK_SPELLINGS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 class Secret(str):
@@ -152,6 +160,27 @@ def validate_ca_bundle(path: str | os.PathLike[str] | None) -> str | None:
     return text
 
 
+def is_loopback(host: str) -> bool:
+    """The loopback rule, the package's only one: ``localhost`` (any case), an address
+    of 127.0.0.0/8, or ``::1``.
+
+    Plain HTTP is allowed to these hosts only (base URLs, preview URLs), and
+    ``reap`` probes only these. A name that merely looks local
+    (``localhost.example.com``, ``127.0.0.1.nip.io``) is not one, nor is an
+    IPv4-mapped address (``::ffff:127.0.0.1``: Python's own answer for it
+    changed in 3.13), nor a shorthand such as ``127.1``.
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return False
+    return address.is_loopback
+
+
 def normalize_base_url(url: str) -> str:
     """Validate a base URL and return it without a trailing ``/`` or ``/v1``."""
     try:
@@ -162,7 +191,7 @@ def normalize_base_url(url: str) -> str:
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
         raise ConfigError("the base URL must be an absolute http(s) URL with a host")
-    if parts.scheme == "http" and host not in _LOOPBACK_HOSTS:
+    if parts.scheme == "http" and not is_loopback(host):
         raise ConfigError("plain HTTP is only allowed to a loopback host; use https")
     if parts.username is not None or parts.password is not None:
         raise ConfigError("the base URL must not contain user information")
@@ -190,7 +219,7 @@ def service_key(base_url: str) -> str:
     except (ConfigError, ValueError):
         return base_url  # not a URL this package would use: only itself matches it
     host = parts.hostname or ""
-    if host in _LOOPBACK_HOSTS:
+    if host in _LOOPBACK_SPELLINGS:
         host = "loopback"
     if port == {"https": 443, "http": 80}[parts.scheme]:
         port = None
@@ -198,12 +227,22 @@ def service_key(base_url: str) -> str:
     return f"{parts.scheme}://{netloc}{f':{port}' if port is not None else ''}{parts.path}"
 
 
-def _positive_seconds(name: str, value: float) -> float:
+def positive_seconds(name: str, value: object, *, none_too: bool = False) -> float:
+    """The rule of every duration the package takes: a positive, finite number of seconds
+    (``TypeError``, ``ValueError`` otherwise; ``Client``'s own are ``ConfigError``).
+    ``none_too``: the message says that None is taken too (the caller handles it)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name} must be a number of seconds")
+        raise TypeError(f"{name} must be a number of seconds{' or None' if none_too else ''}")
     if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{name} must be a positive, finite number of seconds")
+        raise ValueError(f"{name} must be a positive, finite number of seconds")
     return float(value)
+
+
+def _positive_seconds(name: str, value: float) -> float:
+    try:
+        return positive_seconds(name, value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _count(name: str, value: int, *, minimum: int) -> int:
@@ -240,3 +279,48 @@ def private_dir(path: Path) -> Path:
 def private_file(path: Path, flags: int) -> int:
     """``os.open`` of ``path``, created 0600 whatever the umask (the mode is only ever cut)."""
     return os.open(path, flags, 0o600)
+
+
+def new_beside(target: str, suffix: str, make: Callable[[str], Made]) -> tuple[str, Made]:
+    """``make(path)`` for a new random name beside ``target`` (``.NAME.RANDOM<suffix>``),
+    and that path: the one way this package names a temporary file or directory that
+    will replace or become ``target``. ``make`` creates exclusively (``O_EXCL``,
+    ``mkdir``): a name that exists raises ``FileExistsError`` and another is drawn.
+    Not ``tempfile``: see ``_sandboxes.journal`` for the Ctrl-C that hung it.
+    """
+    parent, name = os.path.split(target)
+    for _ in range(100):
+        path = os.path.join(parent, f".{name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            return path, make(path)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
+
+
+def lock_record(fd: int, patience: float) -> bool:
+    """Take the POSIX record lock (``lockf``) of ``fd``; False if another process still
+    held it after ``patience`` seconds.
+
+    A record lock, not ``flock``: the kernel drops it when its holder dies (SIGKILL
+    included), and a child forked while it is held does not inherit it. Tried without
+    blocking, with naps growing from 50 us to 5 ms: a blocking ``lockf`` would wait for
+    ever on a holder that lives but is stopped (SIGSTOP, a debugger). Contention is
+    rare and short, so the first try nearly always wins. POSIX only: the callers take
+    no record lock where ``fcntl`` is missing (Windows).
+    """
+    import fcntl  # here: on Windows, importing this module must work
+
+    give_up = time.monotonic() + patience
+    nap = 50e-6
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+        if time.monotonic() >= give_up:
+            return False
+        time.sleep(nap)
+        nap = min(nap * 2, 5e-3)

@@ -24,7 +24,7 @@ Messages are built from fixed operation labels, HTTP statuses and ids only:
 never from a raw response body, a query string, a header or the API key,
 because CreateOS error bodies may echo the request, secrets included. The one
 piece of server text shown is the ``message`` of a 4xx answer, once scrubbed
-of the key and of every value the request sent (``_server_text.scrub``).
+of the key and of every value the request sent (``_wire.server_text.scrub``).
 """
 
 from __future__ import annotations

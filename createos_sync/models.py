@@ -5,7 +5,7 @@ Built with ``from_api``, which reads the fields it knows, tolerates missing
 ones and ignores extra ones (the service may add fields at any time). Nothing
 else of the JSON is kept: sandbox records may echo environment values. Free
 text that is kept (egress rules, the ingress URL template) is checked first
-(``_server_text``), since a repr shows it.
+(``_wire.server_text``), since a repr shows it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from ._wire.server_text import (
+    ID,
     SIGNAL,
     STATUS,
     TEMPLATE_STATUS,
@@ -29,6 +30,20 @@ from ._wire.server_text import (
     url_template,
 )
 from .config import Secret
+
+# The patterns server text is held to before anything shows it, public for a front end
+# that prints records (the CLI's tables): see ``shown_text``.
+ID_PATTERN = ID  # an id or a catalog name: sandboxes, shapes, templates, rootfs
+STATUS_PATTERN = STATUS  # a sandbox's status
+TEMPLATE_STATUS_PATTERN = TEMPLATE_STATUS  # a template's status
+
+
+def shown_text(value: object, pattern: re.Pattern[str]) -> str | None:
+    """Server text fit to show: ``value`` if it is a str matching ``pattern``, None if
+    absent, else a fixed placeholder (a hostile service's text, terminal controls
+    included, is never shown)."""
+    return token(value, pattern)
+
 
 SANDBOX_TRANSITIONAL = frozenset({"creating", "pausing", "resuming", "forking", "destroying"})
 # A sandbox in one of these states will not serve again: waits stop there.

@@ -15,10 +15,15 @@ import time
 from collections.abc import Callable, Iterator
 
 from ._commands.command import Command, Gate, unwrap
-from ._commands.execution import Execution, StdinData, gone_with_its_sandbox, launch, release
+from ._commands.execution import Execution, gone_with_its_sandbox, launch, release
+from ._commands.execution import StdinData as StdinData
 from ._commands.follow import Deliver
 from ._commands.output import Capture, LiveOutput, fan_out
-from ._commands.terminal import Size, checked_size
+from ._commands.terminal import DEFAULT_SIZE as DEFAULT_SIZE
+from ._commands.terminal import DEFAULT_TERM as DEFAULT_TERM
+from ._commands.terminal import EOF_KEY as EOF_KEY
+from ._commands.terminal import Size as Size
+from ._commands.terminal import checked_size
 from ._sandboxes.box import Box
 from ._sandboxes.containment import DEFAULT_GRACE
 from ._wire import api as _api

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pytest
 
-from ._sandboxes import registry as _registry
 from .client import Client, client_for
 from .config import API_KEY_ENV, BASE_URL_ENVS, Config
 from .errors import ConfigError, CreateosCleanupError, CreateosError
+from .lease import _registry
 
 if TYPE_CHECKING:
     from .emulator import Emulator

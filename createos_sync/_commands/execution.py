@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO, NoReturn
 
-from .. import files
+from .. import _files as files
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes.box import Box
 from .._sandboxes.containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed

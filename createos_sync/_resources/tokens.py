@@ -12,9 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._wire import api as _api
+from .._wire.deadline import Deadline
+from .._wire.http import Transport
 from ..config import validate_api_key
 from ..errors import ConfigError, ProtocolError
 from ..models import AccessToken
+
+
+def create(t: Transport, sandbox_id: str, deadline: Deadline) -> AccessToken:
+    """A new token of ``sandbox_id``: 1 request, never repeated after a lost answer."""
+    return plaintext(_api.create_access_token(t, sandbox_id, deadline))
+
+
+def rotate(t: Transport, sandbox_id: str, deadline: Deadline) -> AccessToken:
+    """Replace the token of ``sandbox_id`` (the old one stops working); 1 request."""
+    return plaintext(_api.rotate_access_token(t, sandbox_id, deadline))
 
 
 def plaintext(answer: Mapping[str, Any]) -> AccessToken:

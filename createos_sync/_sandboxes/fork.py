@@ -97,7 +97,7 @@ class _Verdict:
 
 
 class LostFork:
-    """The recovery of one fork (``_sandbox.Recovery``): by its marker, as the module says."""
+    """The recovery of one fork (``sandbox.LostCreation``): by its marker, as the module says."""
 
     def __init__(
         self,

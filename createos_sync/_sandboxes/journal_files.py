@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
-import time
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: single-writer best effort
-    fcntl = None  # type: ignore[assignment]
-
-LOCK_POLL = 0.02
+from ..config import lock_record, new_beside
 
 
 def wait_for_lock(fd: int, patience: float) -> None:
@@ -29,22 +22,12 @@ def wait_for_lock(fd: int, patience: float) -> None:
     ``OSError``, which ``add`` turns into a refusal to create and the other
     updates into a warning (the entry stays for ``reap``).
     """
-    if fcntl is None:  # pragma: no cover - Windows: single-writer best effort
+    if os.name != "posix":  # pragma: no cover - Windows: single-writer best effort
         return
-    ends = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                raise
-        if time.monotonic() >= ends:
-            raise BlockingIOError(
-                errno.EAGAIN,
-                f"its lock was held by another process for more than {patience:g} s",
-            )
-        time.sleep(LOCK_POLL)
+    if not lock_record(fd, patience):
+        raise BlockingIOError(
+            errno.EAGAIN, f"its lock was held by another process for more than {patience:g} s"
+        )
 
 
 def new_private_file(directory: Path) -> tuple[int, str]:
@@ -57,9 +40,5 @@ def new_private_file(directory: Path) -> tuple[int, str]:
     journal's record lock, which then blocked every other process's leases too.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        path = str(directory / f".leases.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(path, flags, 0o600), path
-        except FileExistsError:
-            continue
+    path, fd = new_beside(str(directory / "leases"), ".tmp", lambda p: os.open(p, flags, 0o600))
+    return fd, path

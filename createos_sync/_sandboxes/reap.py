@@ -26,23 +26,23 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 from urllib.parse import urlsplit
 
 import attrs
 
 from .._resources import networks as _networks
 from .._wire.deadline import Deadline
-from ..config import service_key
+from ..config import is_loopback, service_key
 from ..errors import CreateosError
-from ..network import is_loopback
 from . import background as _background
 from . import claims as _claims
 from .fork import candidates, read_marker
 from .journal import Entry, Journal, Unreadable
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from .._wire.http import Transport
+    from ..config import Config
     from ..models import SandboxInfo
 
 Action = Literal[
@@ -53,6 +53,21 @@ PROBE_TIMEOUT = 1.0  # seconds for a connection to a loopback port: refused at o
 AUTO_ENV = "CREATEOS_SYNC_AUTO_REAP"  # "off": opening a lease reaps nothing
 
 log = logging.getLogger("createos_sync.reap")
+
+
+class Account(Protocol):
+    """What ``reap`` needs of a client: ``createos_sync.Client`` is one (reaping sits
+    below the public surface, which calls it), the CLI's key-less dry run another."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _transport(self) -> Transport: ...  # the package's own (Client's is private)
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+    def sandboxes(self) -> list[SandboxInfo]: ...
+    def destroy(self, sandbox_id: str) -> bool: ...
+
 
 _swept: set[str] = set()  # the services this process has swept (once each)
 _swept_lock = threading.Lock()
@@ -81,7 +96,7 @@ class Reaped:
 
 
 def reap(
-    client: Client,
+    client: Account,
     *,
     dry_run: bool = False,
     all: bool = False,  # named after the CLI's --all
@@ -131,7 +146,7 @@ def reap(
 
 
 def _reap(
-    client: Client,
+    client: Account,
     journal: Journal,
     *,
     dry_run: bool,
@@ -165,7 +180,7 @@ def _reap(
     return outcomes
 
 
-def sweep_in_background(client: Client, journal: Journal, *, spare: str | None = None) -> None:
+def sweep_in_background(client: Account, journal: Journal, *, spare: str | None = None) -> None:
     """Once per process and service, when a lease opens: ``reap`` in the background.
 
     A crashed script's sandboxes (its owner is dead: SIGKILL, a crash, a
@@ -194,7 +209,7 @@ def sweep_in_background(client: Client, journal: Journal, *, spare: str | None =
     )
 
 
-def _sweep(client: Client, journal: Journal, spare: str | None) -> None:
+def _sweep(client: Account, journal: Journal, spare: str | None) -> None:
     try:
         outcomes = _reap(
             client, journal, dry_run=False, everything=False, confirm=None, spare=spare
@@ -274,7 +289,7 @@ def _emulator_gone(entry: Entry) -> str | None:
 
 
 def _reap_entry(
-    client: Client,
+    client: Account,
     entry: Entry,
     by_name: _NameLookup,
     journal: Journal,
@@ -344,14 +359,14 @@ def _reap_entry(
     return Reaped(entry.name, "destroyed", why, sandbox_ids)
 
 
-def _delete_networks(client: Client, entry: Entry) -> list[str]:
+def _delete_networks(client: Account, entry: Entry) -> list[str]:
     """Delete the networks the entry's lease made (1 request each, plus 1 per "in use"
     answer); what could not be, in words. One the service does not know is gone."""
     failures = []
     for network_id in entry.networks:
-        deadline = Deadline.after(client.transport.config.cleanup_timeout)
+        deadline = Deadline.after(client._transport.config.cleanup_timeout)
         try:
-            _networks.delete(client.transport, network_id, deadline, client.sleep)
+            _networks.delete(client._transport, network_id, deadline, client.sleep)
         except CreateosError as exc:
             failures.append(f"network {network_id}: {exc}")
     return failures
@@ -386,7 +401,7 @@ def _ids(entry: Entry) -> tuple[str, ...]:
 class _NameLookup:
     """Sandbox ids by name (or, for a fork, by marker), from one listing made on first use."""
 
-    def __init__(self, client: Client, claimed: set[str]) -> None:
+    def __init__(self, client: Account, claimed: set[str]) -> None:
         self._client = client
         self._sandboxes: list[SandboxInfo] | None = None
         self._by_name: dict[str, list[str]] | None = None
@@ -409,7 +424,7 @@ class _NameLookup:
     def forks(self, entry: Entry) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The fork carrying ``entry``'s marker, and the forks whose marker could not be read."""
         assert entry.fork_from is not None
-        transport = self._client.transport
+        transport = self._client._transport
         ours, unread = [], []
         for fork in candidates(self._listing(), entry.fork_from, self._claimed):
             if fork.id not in self._markers:

@@ -53,7 +53,7 @@ def created(
     operation: str,
     cleanup_deadline: Deadline,
     sleep: _retry.Sleep = time.sleep,
-    recovery: Recovery | None = None,
+    recovery: LostCreation | None = None,
     runs_when_answered: bool = False,
 ) -> SandboxInfo:
     """Send a request that creates a sandbox (a creation named ``name``, a fork); its result.
@@ -96,7 +96,7 @@ def created(
         return SandboxInfo.from_api(record)
 
 
-class Recovery(Protocol):
+class LostCreation(Protocol):
     """How ``created`` sends its request, and finds what a request of unknown outcome made."""
 
     def attempt(self, request: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -156,7 +156,7 @@ class ByName:
 
 
 def _recover_or_raise(
-    recovery: Recovery, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
+    recovery: LostCreation, exc: BaseException, deadline: Deadline, sleep: _retry.Sleep
 ) -> None:
     """Destroy what the creation may have made; raise if that cannot be confirmed."""
     try:

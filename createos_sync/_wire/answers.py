@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
 import urllib3.exceptions
@@ -24,7 +24,19 @@ from .server_text import request_id, scrub
 
 if TYPE_CHECKING:
     from .cutoff import Cutoff
-    from .http import _Request as Request
+
+
+class Request(Protocol):
+    """What an answer's meaning depends on of the request that got it (``http`` makes it)."""
+
+    @property
+    def operation(self) -> str: ...
+    @property
+    def repeat(self) -> Repeat: ...
+    @property
+    def body(self) -> object: ...
+    def sent(self) -> tuple[str, ...]: ...
+
 
 LATE = "no answer before the deadline"
 # Fixed explanations of statuses whose meaning does not depend on the request.

@@ -25,7 +25,7 @@ Robustness, each case a test:
   (``lockf``) taken on the file itself. The kernel drops such a lock when its
   holder dies, SIGKILL included, so a dead holder never blocks anyone; unlike
   ``flock``, the lock is not inherited by a child forked while it is held
-  (see ``_journal``). Threads of one process take a thread lock first, since
+  (see ``_sandboxes.journal``). Threads of one process take a thread lock first, since
   record locks belong to the process.
 - A holder that lives but does not let go (stopped with SIGSTOP, a
   debugger) is found out once per process: the lock is waited for at most
@@ -58,7 +58,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import private_dir, private_file
+from ..config import lock_record, private_dir, private_file
 
 try:
     import fcntl
@@ -306,20 +306,8 @@ class _LockedFile:
         return self._fd
 
     def _lock(self) -> None:
-        # Non-blocking attempts with short naps: a blocking lockf could wait forever on
-        # a holder that is alive but stopped. Contention is rare and short (a holder
-        # keeps the lock for tens of microseconds), so the first try nearly always wins.
-        give_up = time.monotonic() + self._patience
-        nap = 50e-6
-        while True:
-            try:
-                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: held elsewhere
-                if time.monotonic() >= give_up:
-                    raise RecordBusy(self._path) from None
-                time.sleep(nap)
-                nap = min(nap * 2, 5e-3)
+        if not lock_record(self._fd, self._patience):  # a holder keeps it for microseconds
+            raise RecordBusy(self._path)
 
     def __exit__(self, *exc_info: object) -> None:
         os.close(self._fd)  # closing drops the record lock

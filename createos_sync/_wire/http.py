@@ -248,7 +248,7 @@ class Transport:
 
     @property
     def pacer(self) -> Pacer:
-        """The request pacer this transport waits on (shared: see ``_pacer``)."""
+        """The request pacer this transport waits on (shared: see ``pacer``)."""
         return self._pacer
 
     def call(

@@ -1,7 +1,7 @@
 """The output stream's wire format: NDJSON lines turned into typed frames.
 
 Knows nothing of sequence numbers' meaning, reconnection or decoding of the
-payload's text: that is ``_follow``'s job.
+payload's text: that is ``_commands.follow``'s job.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 CreateOS allows 300 requests per minute per caller IP. Rather than provoke
 429 answers and back off, every request first takes a slot from a window:
 by default the machine's (``MachinePacer``: a record in the state directory
-that every process of this machine shares, see ``_budget``); with
+that every process of this machine shares, see ``budget``); with
 ``rate_scope="process"`` a sliding-window log shared by every client of this
 interpreter that talks to the same base URL with the same limit (``Pacer``).
 
@@ -105,7 +105,7 @@ class MachinePacer(Pacer):
     inherits from ``Pacer``: for good if the state directory cannot be
     written (one warning), for a while if another process holds the record's
     lock without letting go (found out once per process, one warning: see
-    ``_budget``). Requests are never blocked for good, nor past their deadline.
+    ``budget``). Requests are never blocked for good, nor past their deadline.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """Where the CLI's sandboxes come from: the account, or a local emulator.
 
 ``--local`` means the standalone emulator that ``createos-sync emulator``
-serves (found through its record, see ``_standalone``); ``run`` and
+serves (found through its record, see ``createos_sync.standalone``); ``run`` and
 ``shell`` fall back to an in-process one that ends with the command. A
 missing API key is told in the CLI's words, and a missing emulator
 dependency gets an install hint.
@@ -17,8 +17,8 @@ from typing import NoReturn
 
 from ..client import Client
 from ..config import API_KEY_ENV
+from ..standalone import find
 from ._report import PROG, UsageError
-from ._standalone import find
 
 INSTALL_HINT = "the local emulator needs werkzeug: pip install 'createos-sync[emulator]'"
 NO_KEY_RUN = f"set {API_KEY_ENV}, or use --local to try the local emulator"

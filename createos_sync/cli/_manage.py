@@ -23,15 +23,16 @@ from typing import Any, cast
 
 import attrs
 
-from .._sandboxes.journal import Entry, Journal
-from .._sandboxes.reap import reap
-from .._wire.server_text import ID, STATUS, token
 from ..client import Client
 from ..config import API_KEY_ENV, BASE_URL_ENVS, DEFAULT_BASE_URL, normalize_base_url
-from ..errors import ConfigError, CreateosError
+from ..errors import ConfigError
+from ..journal import Entry, Journal, reap
+from ..models import ID_PATTERN as ID
+from ..models import STATUS_PATTERN as STATUS
 from ..models import SandboxInfo
+from ..models import shown_text as token
 from ._local import account, add_local_flag
-from ._report import EXIT_FAILURE, say
+from ._report import EXIT_FAILURE, delete_each, say
 
 # What a sandbox's or template's name may look like on the terminal.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/@+=-]{0,127}\Z")
@@ -140,24 +141,18 @@ def list_sandboxes(args: argparse.Namespace) -> int:
 
 
 def destroy_sandboxes(args: argparse.Namespace) -> int:
-    status = 0
     journal = Journal()
+
+    def forget(sandbox_id: str) -> None:
+        for entry in journal.entries():
+            if entry.sandbox_id == sandbox_id:
+                journal.remove(entry.name)
+
     with account(local=args.local) as client:
-        for sandbox_id in args.ids:
-            try:
-                existed = client.destroy(sandbox_id)
-            except CreateosError as exc:
-                say(f"destroying {sandbox_id} failed: {exc}")
-                status = EXIT_FAILURE
-                continue
-            if existed:
-                print(f"destroyed {sandbox_id}", flush=True)
-            else:
-                print(f"no such sandbox {sandbox_id} (already gone)", flush=True)
-            for entry in journal.entries():
-                if entry.sandbox_id == sandbox_id:
-                    journal.remove(entry.name)
-    return status
+        return delete_each(
+            args.ids, client.destroy, what="sandbox", doing="destroying", done="destroyed",
+            then=forget,
+        )  # fmt: skip
 
 
 def reap_orphans(args: argparse.Namespace) -> int:

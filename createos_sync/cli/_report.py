@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import ConfigError, CreateosError
 from ._signals import exit_status
@@ -39,6 +39,31 @@ class UsageError(Exception):
 def say(message: str) -> None:
     """A message of the CLI itself, on stderr (stdout belongs to the command)."""
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def delete_each(
+    ids: Iterable[str],
+    delete: Callable[[str], bool],
+    *,
+    what: str,
+    doing: str,
+    done: str,
+    then: Callable[[str], None] | None = None,
+) -> int:
+    """``delete(id)`` for each id in turn (True: it existed), saying what became of each,
+    then ``then(id)``; a failure is said and the next id tried. The exit status."""
+    status = 0
+    for one in ids:
+        try:
+            existed = delete(one)
+        except CreateosError as exc:
+            say(f"{doing} {one} failed: {exc}")
+            status = EXIT_FAILURE
+            continue
+        print(f"{done} {one}" if existed else f"no such {what} {one} (already gone)", flush=True)
+        if then is not None:
+            then(one)
+    return status
 
 
 def _explain(exc: BaseException) -> str:

@@ -29,17 +29,13 @@ import signal
 import sys
 from typing import BinaryIO
 
-from .._commands.command import Command
-from .._commands.terminal import EOF_KEY
-from .._sandboxes.options import DEFAULT_TTL
-from .._wire import api as _api
-from .._wire.deadline import Deadline
-from .._wire.server_text import ID, token
+from .. import checks
 from ..client import Client
 from ..config import SHAPE_ENV, default_shape
 from ..errors import CreateosApiError, CreateosError, Operation, OperationTimeout
-from ..lease import Lease
-from ..process import Process
+from ..lease import DEFAULT_TTL, Lease
+from ..models import ID_PATTERN, shown_text
+from ..process import EOF_KEY, Process
 from ..result import RunResult
 from . import _local
 from . import _run_args as _args
@@ -177,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     command = _command(args.command)
     env = dict(args.env)
     try:
-        Command.parse(command, cwd=args.cwd, env=env)
+        checks.command(command, cwd=args.cwd, env=env)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc), hint=HELP_HINT) from None
     if args.fork_from and (args.shape or args.rootfs):
@@ -266,8 +262,7 @@ def _unknown_name(client: Client, args: argparse.Namespace) -> str | None:
             return f"unknown shape {shape!r}{source}: the shapes are {_names(shapes)}"
         if args.rootfs is None:
             return None
-        deadline = Deadline.after(client.config.timeout)
-        names = _api.list_rootfs(client.transport, deadline)
+        names = client.rootfs()
     except CreateosError:  # the catalog cannot help: the service's own refusal stands
         return None
     if args.rootfs in names:
@@ -280,7 +275,7 @@ def _unknown_name(client: Client, args: argparse.Namespace) -> str | None:
 
 def _names(names: list[str], most: int = 40) -> str:
     """Catalog names as the service gave them, if they look like names (at most ``most``)."""
-    shown = [n for n in names if token(n, ID) == n][:most]
+    shown = [n for n in names if shown_text(n, ID_PATTERN) == n][:most]
     return ", ".join(shown) if shown else "(none listed)"
 
 

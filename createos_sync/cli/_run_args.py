@@ -8,11 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import files
-from .._commands.command import validate_env
-from .._resources import checks
-from .._resources import disks as _disks
-from .._sandboxes.options import MIN_TTL
+from .. import checks
+from ..lease import MIN_TTL
 
 
 def disk_spec(value: str) -> tuple[str, str]:
@@ -21,7 +18,7 @@ def disk_spec(value: str) -> tuple[str, str]:
     try:
         if not sep:
             raise ValueError("expected NAME:/MOUNT/PATH")
-        return checks.mount_path(path), str(_disks.check_ref(disk))
+        return checks.mount_path(path), str(checks.disk(disk))
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"--disk {value!r}: {exc}") from None
 
@@ -33,7 +30,7 @@ def env_item(text: str) -> tuple[str, str]:
             raise argparse.ArgumentTypeError(f"{name} is not set here (use K=V)")
         value = os.environ[name]
     try:
-        validate_env({name: value})
+        checks.env({name: value})
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return name, value
@@ -61,7 +58,7 @@ def ttl(text: str) -> float | None:
 
 def remote_path(path: str) -> str:
     try:
-        return files.check_remote_path(path)
+        return checks.remote_path(path)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{path!r}: {exc}") from None
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import attrs
 
-from .._wire.server_text import TEMPLATE_STATUS
-from ..errors import CreateosError
+from ..models import TEMPLATE_STATUS_PATTERN as TEMPLATE_STATUS
 from ._local import account, add_local_flag
 from ._manage import NAME, _jsonable, _print_json, _print_table, id_argument, shown
-from ._report import EXIT_FAILURE, UsageError, say
+from ._report import UsageError, delete_each, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
 
@@ -102,20 +101,10 @@ def list_templates(args: argparse.Namespace) -> int:
 
 
 def delete_templates(args: argparse.Namespace) -> int:
-    status = 0
     with account(local=args.local) as client:
-        for template_id in args.ids:
-            try:
-                existed = client.delete_template(template_id)
-            except CreateosError as exc:
-                say(f"deleting {template_id} failed: {exc}")
-                status = EXIT_FAILURE
-                continue
-            if existed:
-                print(f"deleted {template_id}", flush=True)
-            else:
-                print(f"no such template {template_id} (already gone)", flush=True)
-    return status
+        return delete_each(
+            args.ids, client.delete_template, what="template", doing="deleting", done="deleted"
+        )
 
 
 def _read_dockerfile(name: str) -> str:

@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._resources import tokens as _tokens
-from .._wire import api as _api
-from .._wire.deadline import Deadline
 from ._local import account
 from ._report import UsageError, say
 
@@ -47,16 +44,14 @@ def token(args: argparse.Namespace) -> int:
     if not sandbox_id.strip() or not sandbox_id.isprintable() or "/" in sandbox_id:
         raise UsageError("SANDBOX_ID must be a sandbox id such as sb-...", hint=HINT)
     with account() as client:
-        deadline = Deadline.after(client.config.timeout)
         if args.token_action == "disable":
-            _api.disable_access_token(client.transport, sandbox_id, deadline)
+            client.disable_access_token(sandbox_id)
             say(f"the access token of sandbox {sandbox_id} is disabled")
             return 0
         if args.token_action == "create":
-            answer = _api.create_access_token(client.transport, sandbox_id, deadline)
+            plaintext = client.create_access_token(sandbox_id)
         else:
-            answer = _api.rotate_access_token(client.transport, sandbox_id, deadline)
-        plaintext = _tokens.plaintext(answer)
+            plaintext = client.rotate_access_token(sandbox_id)
     sys.stdout.write(f"{plaintext}\n")
     sys.stdout.flush()
     say(f"that is the access token of sandbox {sandbox_id}: it is shown only once")

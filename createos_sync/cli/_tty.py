@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from .._commands.terminal import DEFAULT_SIZE, DEFAULT_TERM, Size
+from ..process import DEFAULT_SIZE, DEFAULT_TERM, Size
 
 _IFLAG, _OFLAG, _CFLAG, _LFLAG, _CC = 0, 1, 2, 3, 6
 DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

@@ -1,7 +1,7 @@
 """``python -m createos_sync.emulator``: serve the emulator in the foreground.
 
 While it serves, its URL and key are recorded in the state directory
-(``createos_sync.cli._standalone``), so that ``createos-sync ... --local``
+(``createos_sync.standalone``), so that ``createos-sync ... --local``
 finds it and ``eval "$(createos-sync emulator --env)"`` points another shell at it.
 """
 
@@ -16,7 +16,7 @@ import sys
 import threading
 from types import FrameType
 
-from ..cli._standalone import announced, find
+from ..standalone import announced, find
 from ._service.server import Emulator
 
 

@@ -26,25 +26,62 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sized
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, overload
 
 import attrs
 
-from .._sandboxes.options import LeaseOptions, lease_options, takes_lease_keywords
 from ..client import Client
 from ..errors import CreateosCleanupError, add_note, attach_cleanup_failure
 from ..lease import Lease
+from ..lease._options import LeaseOptions, lease_options, takes_lease_keywords
 from . import _items as _map_items
-from ._items import ItemFn, LocalItems, Stopped
-from ._pool import close_failures
+from ._items import LocalItems, Stopped
+from ._pool import ItemFn, close_failures
 from ._progress import Progress
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from .._sandboxes.options import LeaseKeywords
+    from ..lease._options import LeaseKeywords
 
 log = logging.getLogger("createos_sync.map")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@overload
+def map(
+    fn: Callable[[Lease, T], R],
+    items: Iterable[T],
+    *,
+    concurrency: int = ...,
+    setup: Callable[[Lease], Any] | None = ...,
+    reuse: bool = ...,
+    return_exceptions: Literal[False] = ...,
+    progress: bool | None = ...,
+    executor: cf.Executor | None = ...,
+    client: Client | None = ...,
+    shape: str | None = ...,
+    **keywords: Unpack[LeaseKeywords],
+) -> list[R]: ...
+
+
+@overload
+def map(
+    fn: Callable[[Lease, T], R],
+    items: Iterable[T],
+    *,
+    concurrency: int = ...,
+    setup: Callable[[Lease], Any] | None = ...,
+    reuse: bool = ...,
+    return_exceptions: bool,
+    progress: bool | None = ...,
+    executor: cf.Executor | None = ...,
+    client: Client | None = ...,
+    shape: str | None = ...,
+    **keywords: Unpack[LeaseKeywords],
+) -> list[R | BaseException]: ...
 
 
 @takes_lease_keywords
@@ -134,7 +171,7 @@ def map(
     owned = client is None
     client = client if client is not None else Client()
     fan = _FanOut(fn, client, concurrency, return_exceptions, executor, reuse)
-    waiting = client.transport.pacer.waiting
+    waiting = client._transport.pacer.waiting
     try:
         if setup is None:
             return fan.run(source, options, Progress(progress, total, waiting=waiting))

@@ -19,17 +19,15 @@ worker process that dies closes its open leases in its exit hook.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-from .._sandboxes.options import LeaseOptions
 from ..client import Client, client_for
 from ..config import Config
 from ..errors import CreateosCleanupError
 from ..lease import Lease
-from ._pool import Pool
-
-ItemFn = Callable[[Lease, Any], Any]
+from ..lease._options import LeaseOptions
+from ._pool import ItemFn, Pool
 
 
 def in_lease(lease: Lease, fn: ItemFn, item: Any) -> Any:

@@ -21,10 +21,10 @@ a lease given back after that is closed at once instead.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from .._sandboxes.containment import CleanupTime, confirm_ends
-from .._sandboxes.options import LeaseOptions
 from ..client import Client
 from ..errors import (
     CreateosCleanupError,
@@ -34,9 +34,9 @@ from ..errors import (
     is_cleanup_error,
 )
 from ..lease import Lease
+from ..lease._options import LeaseOptions
 
-if TYPE_CHECKING:
-    from ._items import ItemFn
+ItemFn = Callable[[Lease, Any], Any]  # cs.map's fn, as its items call it (typed in cs.map)
 
 
 class Pool:

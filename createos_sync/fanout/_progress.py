@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ..files._progress import interactive, tqdm_class
+from .._files._progress import interactive, tqdm_class
 
 PLAIN_EVERY = 10.0
 LABEL = "cs.map"

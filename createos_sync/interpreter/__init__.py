@@ -5,7 +5,8 @@
 to the sandbox and run by its ``python3``) kept running as a background process,
 one input request per cell, its framed answers (``_frames``) read from the
 process's output stream; ``Execution`` and ``Result`` (``_results``) are what a
-cell gives back; ``_magics`` is the ``%%createos`` magic of IPython.
+cell gives back; ``_magics`` is the ``%%createos`` magic of IPython (the root
+package hands it ``Lease`` and ``lease``, which live above this layer).
 """
 
 from ._context import CodeContext

@@ -26,8 +26,8 @@ from .. import process as _process
 from .._commands.command import Command
 from .._commands.output import TailBuffer
 from .._sandboxes.box import Box
-from .._sandboxes.options import check_seconds
 from .._wire.server_text import log_line
+from ..config import positive_seconds
 from ..errors import CreateosApiError, CreateosError, LeaseClosed, ProtocolError
 from . import _frames
 from ._results import Execution, ExecutionError, Result
@@ -120,7 +120,11 @@ class CodeContext:
         Request budget: 1 (plus 3 to start the interpreter for its first cell)."""
         if not isinstance(code, str):
             raise TypeError("code must be a str of Python source")
-        limit = check_seconds("timeout", timeout) or self._default_timeout()
+        limit = (
+            self._default_timeout()
+            if timeout is None
+            else positive_seconds("timeout", timeout, none_too=True)
+        )
         if on_output is not None and not callable(on_output):
             raise TypeError("on_output must be callable")
         if not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 0:

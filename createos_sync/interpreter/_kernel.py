@@ -101,7 +101,7 @@ class Wire:
         self.lock = threading.Lock()
 
 
-class Stream(io.TextIOBase):
+class CapturedStream(io.TextIOBase):
     """``sys.stdout`` / ``sys.stderr`` of cells: text buffered briefly, then framed."""
 
     def __init__(self, wire: Wire, kind: str, name: str) -> None:
@@ -158,7 +158,7 @@ class Stream(io.TextIOBase):
 class Binary(io.RawIOBase):
     """``sys.stdout.buffer``: bytes written as they are."""
 
-    def __init__(self, stream: Stream) -> None:
+    def __init__(self, stream: CapturedStream) -> None:
         super().__init__()
         self.stream = stream
 
@@ -178,7 +178,7 @@ class Pump:
     """Frames what file descriptors 1 and 2 receive (subprocesses, C code), and flushes
     the buffered ``sys.stdout`` / ``sys.stderr`` text, from a thread."""
 
-    def __init__(self, wire: Wire, streams: list[Stream]) -> None:
+    def __init__(self, wire: Wire, streams: list[CapturedStream]) -> None:
         self.wire, self.streams = wire, streams
         self.pipes: dict[int, str] = {}
         for fd, kind in ((1, "out"), (2, "err")):
@@ -230,8 +230,8 @@ class Kernel:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        self.stdout = Stream(self.wire, "out", "<stdout>")
-        self.stderr = Stream(self.wire, "err", "<stderr>")
+        self.stdout = CapturedStream(self.wire, "out", "<stdout>")
+        self.stderr = CapturedStream(self.wire, "err", "<stderr>")
         self.pump = Pump(self.wire, [self.stdout, self.stderr])
         sys.stdin = open(os.devnull)  # noqa: SIM115 (the cells' stdin, for good)
         sys.stdout, sys.stderr = self.stdout, self.stderr

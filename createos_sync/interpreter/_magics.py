@@ -15,15 +15,24 @@ import atexit
 import importlib
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._results import CodeFailed, Result
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 _lock = threading.Lock()
 _opened: Any = None  # the lease the magic opened, until closed
+# Given by the root package at load (``Lease`` and ``cs.lease``): they live in a layer
+# above this one, which the magic's own imports must not reach.
+_lease_type: type = object
+_new_lease: Callable[[], Any] | None = None
 
 
-def load(ipython: Any) -> None:
+def load(ipython: Any, *, lease_type: type, new_lease: Callable[[], Any]) -> None:
+    global _lease_type, _new_lease
+    _lease_type, _new_lease = lease_type, new_lease
     ipython.register_magic_function(_createos, magic_kind="cell", magic_name="createos")
     ipython.register_magic_function(_close, magic_kind="line", magic_name="createos_close")
 
@@ -42,20 +51,20 @@ def close_opened() -> None:
 
 
 def _lease_for(name: str) -> Any:
-    from ..lease import Lease
-
     if name:
         shell = importlib.import_module("IPython").get_ipython()
         found = (shell.user_ns or {}).get(name)
-        if not isinstance(found, Lease):
+        if not isinstance(found, _lease_type):
             raise NameError(f"%%createos {name}: {name} is not a lease (cs.lease(...).open())")
         return found
     global _opened
     with _lock:
         if _opened is None or _opened.closed:
-            from .. import lease
-
-            _opened = lease().open()
+            if _new_lease is None:
+                raise RuntimeError(
+                    "%%createos: the extension is not loaded (%load_ext createos_sync)"
+                )
+            _opened = _new_lease().open()
             atexit.unregister(close_opened)  # once, however many leases it opens in turn
             atexit.register(close_opened)
         return _opened

@@ -3,12 +3,12 @@
 ``Lease`` is a facade: its lifecycle and the containment rule live in
 ``_core``, and each capability (commands, files, sandbox features, forks) is a
 mixin that validates arguments and hands over to its engine module
-(``createos_sync.process``, ``createos_sync.files``, ``createos_sync.network``, ...).
+(``createos_sync.process``, ``createos_sync._files``, ``_traffic``, ...). Its options
+(``LeaseOptions``, the ttl's ``DEFAULT_TTL`` and ``MIN_TTL``) are checked in ``_options``.
 """
 
 from __future__ import annotations
 
-from .._sandboxes.options import LeaseOptions, OnExit
 from ._access import AccessMethods
 from ._capacity import CapacityMethods
 from ._commands import DEFAULT_MAX_OUTPUT
@@ -20,7 +20,8 @@ from ._files import FileMethods
 from ._fork import ForkMethods
 from ._interpreter import InterpreterMethods
 from ._network import NetworkMethods
-from ._overlays import OverlayMethods
+from ._options import DEFAULT_TTL, MIN_TTL, LeaseKeywords, LeaseOptions, OnExit
+from ._private_networks import OverlayMethods
 
 
 class Lease(
@@ -39,4 +40,12 @@ class Lease(
     """A context manager owning one sandbox; see ``createos_sync.lease()``."""
 
 
-__all__ = ["DEFAULT_MAX_OUTPUT", "Lease", "LeaseOptions", "OnExit"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT",
+    "DEFAULT_TTL",
+    "MIN_TTL",
+    "Lease",
+    "LeaseKeywords",
+    "LeaseOptions",
+    "OnExit",
+]

@@ -26,16 +26,16 @@ class AccessMethods(LeaseCore):
         then makes a usable one).
         """
         box = self._usable_box(paused_ok=True)
-        answer = _api.create_access_token(box.transport, box.sandbox_id, self._op_deadline())
+        token = _tokens.create(box.transport, box.sandbox_id, self._op_deadline())
         self._attached.token = True
-        return _tokens.plaintext(answer)
+        return token
 
     def rotate_access_token(self) -> AccessToken:
         """Replace the sandbox's token with a new one (the old one stops working); 1 request."""
         box = self._usable_box(paused_ok=True)
-        answer = _api.rotate_access_token(box.transport, box.sandbox_id, self._op_deadline())
+        token = _tokens.rotate(box.transport, box.sandbox_id, self._op_deadline())
         self._attached.token = True
-        return _tokens.plaintext(answer)
+        return token
 
     def disable_access_token(self) -> None:
         """Revoke the sandbox's token (none, or already revoked, is fine); 1 request."""

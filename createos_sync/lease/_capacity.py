@@ -32,7 +32,7 @@ class CapacityMethods(LeaseCore):
         grown = answer.get("disk_mib")
         new = grown if isinstance(grown, int) and not isinstance(grown, bool) else size
         if self._info is not None:
-            self._info = attrs.evolve(self._info, disk_mib=new)
+            self._saw(attrs.evolve(self._info, disk_mib=new))
         return new
 
     def bandwidth(self) -> Bandwidth:

@@ -11,25 +11,27 @@ its processes (``_name_leftovers``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.containment import CleanupTime, terminate_unfinished
-from .._sandboxes.options import OnExit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import CreateosCleanupError, CreateosError, attach_cleanup_failure
 from ..models import SandboxInfo
 from . import _ttl
 from ._making import Record
+from ._options import OnExit
 
 if TYPE_CHECKING:
     from ..client import Client
 
 log = logging.getLogger("createos_sync.lease")
+
+Seen = TypeVar("Seen", SandboxInfo, None)
 
 
 class Containment:
@@ -44,6 +46,16 @@ class Containment:
     _on_exit_chosen: bool  # given to lease() or close(), not the default
     _settled: bool  # destroyed, or left as on_exit asked: nothing to name
     _attached: Attachments
+
+    def _saw(self, info: Seen) -> Seen:
+        """Keep ``info`` as the sandbox's last record seen (None: the sandbox is gone).
+
+        The one writer of ``_info`` (``LeaseCore`` starts it at None), which
+        ``status``, ``preview_url`` and ``grow_disk`` read: every part of the
+        lease hands the records it gets here.
+        """
+        self._info = info
+        return info
 
     def _name_leftovers(self, exc: BaseException) -> None:
         """``close()`` was cut short: unless its sandbox is gone, ``exc`` names what is left."""
@@ -111,7 +123,7 @@ class Containment:
                     sandbox_id=box.sandbox_id,
                     sandbox_destroyed=False,
                 )
-            self._info = None
+            self._saw(None)
             return None
         kept = "kept" if self._on_exit == "keep" else "paused"
         with _shield.delivered():
@@ -128,7 +140,7 @@ class Containment:
                     info = _sandbox.pause(
                         box.transport, box.sandbox_id, budget.destroy(), self._client.sleep
                     )
-                self._info = info
+                self._saw(info)
             except CreateosError as exc:
                 return CreateosCleanupError(
                     f"sandbox {box.sandbox_id} could not be paused ({exc}): it is still running",
@@ -171,4 +183,4 @@ class Containment:
         self._record.forget(gone=gone, kept=kept)
 
     def _cleanup_deadline(self) -> Deadline:
-        return Deadline.after(self._client.transport.config.cleanup_timeout)
+        return Deadline.after(self._client._transport.config.cleanup_timeout)

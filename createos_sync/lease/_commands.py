@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from .. import files, process
+from .. import _files as files
+from .. import process
 from .._commands import execution as _execution
 from .._commands.command import Command
 from .._commands.output import Capture, fan_out
 from .._commands.output import echo as echo_output
 from .._commands.terminal import Size, on_terminal, terminal_size
-from .._sandboxes.options import check_seconds
 from ..result import RunResult
 from ._core import LeaseCore
+from ._options import check_seconds
 
 DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024
 
@@ -31,7 +32,7 @@ class CommandMethods(LeaseCore):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: _execution.StdinData | None = None,
+        stdin: process.StdinData | None = None,
         timeout: float | None = None,
         check: bool = False,
         on_output: Callable[[str, str], None] | None = None,
@@ -117,7 +118,7 @@ class CommandMethods(LeaseCore):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: _execution.StdinData | None = None,
+        stdin: process.StdinData | None = None,
         on_output: Callable[[str, str], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,

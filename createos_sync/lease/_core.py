@@ -25,9 +25,6 @@ from .._sandboxes import (
     reap as _reap,
 )
 from .._sandboxes import (
-    registry as _registry,
-)
-from .._sandboxes import (
     sandbox as _sandbox,
 )
 from .._sandboxes import (
@@ -36,7 +33,6 @@ from .._sandboxes import (
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.box import Box
 from .._sandboxes.journal import Journal
-from .._sandboxes.options import LeaseOptions, OnExit, check_on_exit
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import (
@@ -48,9 +44,10 @@ from ..errors import (
     is_cleanup_error,
 )
 from ..models import SandboxInfo
-from . import _ttl
+from . import _registry, _ttl
 from ._closing import Containment
 from ._making import Record, make
+from ._options import LeaseOptions, OnExit, check_on_exit
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -86,7 +83,7 @@ class LeaseCore(Containment):
         self._state = "new"  # new -> opening -> open -> closing -> closed
         self._closed_event = threading.Event()
         self._box: Box | None = None
-        self._info: SandboxInfo | None = None
+        self._info: SandboxInfo | None = None  # the last record seen: set by _saw only
         self._abandoned: CreateosCleanupError | None = None
         self._lifetime: _background.Job | None = None
         self._watchdog = Watchdog(options.effective_ttl)
@@ -175,7 +172,7 @@ class LeaseCore(Containment):
                 deadline = Deadline.after(self._command_timeout())
                 info = self._obtain(deadline)
                 sleep, explain = self._client.sleep, self._watchdog.explain
-                box = Box(self._client.transport, info.id, sleep=sleep, explain=explain)
+                box = Box(self._client._transport, info.id, sleep=sleep, explain=explain)
                 if self._state == "opening":  # else close() won meanwhile: arm nothing
                     _ttl.arm(self._watchdog, box, info, deadline)  # every way of opening is here
                 self._become_open(info, box)
@@ -189,7 +186,7 @@ class LeaseCore(Containment):
         return self
 
     def _obtain(self, deadline: Deadline) -> SandboxInfo:
-        transport = self._client.transport
+        transport = self._client._transport
         if self._options.sandbox_id is not None:
             # Claimed before its first request: no sweep destroys it (issue 42).
             self._record.claim(self._options.sandbox_id, transport.config.base_url)
@@ -203,7 +200,7 @@ class LeaseCore(Containment):
         with self._lock:
             if self._state != "opening":  # close() was called meanwhile: it wins
                 raise LeaseClosed("the lease was closed while it was opening")
-            self._info = info
+            self._saw(info)
             self._box = box
             self._state = "open"
             self._opened_at = time.monotonic()
@@ -252,7 +249,7 @@ class LeaseCore(Containment):
         try:
             with _shield.delivered():
                 destroyed = _sandbox.destroy(
-                    self._client.transport, sandbox_id, self._cleanup_deadline()
+                    self._client._transport, sandbox_id, self._cleanup_deadline()
                 )
         except BaseException as second:
             kept = (
@@ -348,7 +345,7 @@ class LeaseCore(Containment):
         if self._lifetime is not None:
             self._lifetime.cancel()
         if fresh_session:
-            self._client.transport.reset_session()
+            self._client._transport.reset_session()
         failure: CreateosCleanupError | None = None
         try:
             failure = self._contain()
@@ -457,7 +454,7 @@ class LeaseCore(Containment):
         return box
 
     def _command_timeout(self) -> float:
-        return self._options.timeout or self._client.transport.config.timeout
+        return self._options.timeout or self._client._transport.config.timeout
 
     def _op_deadline(self) -> Deadline:
         return Deadline.after(self._command_timeout())

@@ -20,8 +20,7 @@ class FeatureMethods(LeaseCore):
         """Read the sandbox afresh (1 request)."""
         box = self._usable_box(paused_ok=True)
         info = SandboxInfo.from_api(_api.get_sandbox(box.transport, box.sandbox_id, box.deadline()))
-        self._info = info
-        return info
+        return self._saw(info)
 
     def pause(self) -> SandboxInfo:
         """Pause the sandbox and wait until it is paused; files and processes are kept.
@@ -32,16 +31,14 @@ class FeatureMethods(LeaseCore):
         box = self._usable_box(paused_ok=True)
         self._watchdog.hold()
         try:
-            self._info = _sandbox.pause(
-                box.transport, box.sandbox_id, self._op_deadline(), box.sleep
-            )
+            info = _sandbox.pause(box.transport, box.sandbox_id, self._op_deadline(), box.sleep)
         except BaseException:
             try:
                 self._watchdog.rearm()  # still running, most likely: keep the switch armed
             except CreateosError as exc:
                 log.warning("re-arming the ttl watchdog after a failed pause failed: %s", exc)
             raise
-        return self._info
+        return self._saw(info)
 
     def resume(self) -> SandboxInfo:
         """Resume the sandbox and wait until it runs again.
@@ -51,8 +48,8 @@ class FeatureMethods(LeaseCore):
         that request starts its watchdog: the first resume arms the ttl).
         """
         box = self._usable_box(paused_ok=True)
-        self._info = _sandbox.ensure_running(
-            box.transport, box.sandbox_id, self._op_deadline(), box.sleep
+        info = self._saw(
+            _sandbox.ensure_running(box.transport, box.sandbox_id, self._op_deadline(), box.sleep)
         )
         self._watchdog.resumed(box, self._op_deadline())
-        return self._info
+        return info

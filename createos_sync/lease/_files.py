@@ -1,11 +1,11 @@
-"""The lease's file transfers; the engine is ``createos_sync.files``."""
+"""The lease's file transfers; the engine is ``createos_sync._files``."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 
-from .. import files
+from .. import _files as files
 from ._commands import CommandMethods
 
 

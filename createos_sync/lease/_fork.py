@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from types import EllipsisType
 from typing import TypeVar
 
-from .._sandboxes.options import LeaseOptions, OnExit
 from ._core import LeaseCore
+from ._options import LeaseOptions, OnExit
 
 L = TypeVar("L", bound=LeaseCore)
 

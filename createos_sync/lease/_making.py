@@ -3,7 +3,7 @@
 The engines: ``_sandbox.created`` sends the request, checks the id and, on
 an unknown outcome, finds and destroys what the request may have made (a
 creation by its unique name; a fork, which takes no name, by the marker in
-its env: ``_fork.LostFork``). Here: the journal entry first, then the request, then
+its env: ``_sandboxes.fork.LostFork``). Here: the journal entry first, then the request, then
 the wait until the sandbox runs (or, for ``start_paused``, is paused).
 """
 
@@ -22,11 +22,11 @@ from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
 from .._sandboxes.attachments import Attachments
 from .._sandboxes.journal import Entry, Journal
-from .._sandboxes.options import LeaseOptions
 from .._wire import api as _api
 from .._wire.deadline import Deadline
 from ..errors import ConfigError, Operation, SandboxUnavailable
 from ..models import SandboxInfo
+from ._options import LeaseOptions
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -150,7 +150,7 @@ def make(
     is looked up first: 1 request each) and recorded in ``attached``, which
     ``close()`` detaches before it destroys.
     """
-    transport = client.transport
+    transport = client._transport
     source = options.fork_from
     if source is not None:
         return _make(
@@ -201,11 +201,11 @@ def _make(
 
     A creation carries a unique name, by which a lost answer is recovered; a
     fork takes no name, so it carries the name in its env, by which a lost
-    answer is recovered (``_fork.LostFork``). From the moment its id is
+    answer is recovered (``_sandboxes.fork.LostFork``). From the moment its id is
     known, the sandbox is ``record.made_id``, which a failed ``open()``
     destroys.
     """
-    transport = client.transport
+    transport = client._transport
     name = f"{options.name or 'createos-sync'}-{secrets.token_hex(6)}"
     recovery = None
     if fork_of is None:

@@ -1,13 +1,13 @@
-"""The lease's network features; the engine is ``createos_sync.network``."""
+"""The lease's network features; the engine is ``_traffic``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import network
-from .._sandboxes.options import check_auto_pause, check_seconds
 from ..models import SandboxInfo
+from . import _traffic as network
 from ._core import LeaseCore
+from ._options import check_auto_pause, check_seconds
 
 
 class NetworkMethods(LeaseCore):
@@ -48,8 +48,7 @@ class NetworkMethods(LeaseCore):
         """
         network.check_enabled(enabled)
         box = self._usable_box(paused_ok=True)
-        self._info = network.set_ingress(box, enabled, self._op_deadline())
-        return self._info
+        return self._saw(network.set_ingress(box, enabled, self._op_deadline()))
 
     def preview_url(self, port: int) -> str:
         """The public URL of ``port`` (``ingress_url_template`` with ``<port>`` replaced).
@@ -99,5 +98,4 @@ class NetworkMethods(LeaseCore):
         """
         checked = check_auto_pause(seconds)
         box = self._usable_box(paused_ok=True)
-        self._info = network.set_auto_pause(box, checked, self._op_deadline())
-        return self._info
+        return self._saw(network.set_auto_pause(box, checked, self._op_deadline()))

@@ -138,7 +138,7 @@ def lease_keywords() -> str:
     docstrings at run time (which the static reading of mkdocstrings does not see)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from createos_sync._sandboxes.options import KEYWORDS, KEYWORDS_DOC
+    from createos_sync.lease._options import KEYWORDS, KEYWORDS_DOC
 
     entries: list[list[str]] = []
     for line in KEYWORDS_DOC.splitlines()[1:]:

@@ -58,3 +58,11 @@ def bwrap_api(make_emu: Callable[..., Emulator]) -> Api:
     if emu.isolation != "bwrap":
         pytest.skip("bubblewrap does not work here")
     return Api(emu)
+
+
+@pytest.fixture
+def official(emu: Emulator) -> Iterator[Any]:
+    """The official client (``createos-sandbox``), driven unchanged against ``emu``."""
+    createos = pytest.importorskip("createos")
+    with createos.Client(api_key=emu.api_key, base_url=emu.url, timeout=30.0) as client:
+        yield client

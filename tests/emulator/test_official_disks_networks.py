@@ -3,8 +3,6 @@ unchanged, against the emulator (see ``test_official_sdk``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import createos
 import pytest
 from createos import (
@@ -20,16 +18,8 @@ from createos import (
     WaitOptions,
 )
 
-from createos_sync.emulator import Emulator
-
 WAIT = WaitOptions(timeout=30.0)
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHJlYWRlcnMgb2YgdGhlIHRlc3Q user@laptop"
-
-
-@pytest.fixture
-def official(emu: Emulator) -> Iterator[createos.Client]:
-    with createos.Client(api_key=emu.api_key, base_url=emu.url, timeout=30.0) as client:
-        yield client
 
 
 def _sandbox(official: createos.Client, **fields: object) -> SandboxInstance:

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from createos_sync.emulator import Emulator
-
 createos = pytest.importorskip("createos")
 
 DOCKERFILE = """\
@@ -39,12 +37,6 @@ def _payloads(events: object) -> Iterator[dict[str, object]]:
             yield events._next_payload()  # type: ignore[attr-defined]
         except StopIteration:
             return
-
-
-@pytest.fixture
-def official(emu: Emulator) -> Iterator[object]:
-    with createos.Client(emu.api_key, base_url=emu.url) as client:
-        yield client
 
 
 def _shell(sandbox: object, script: str) -> str:

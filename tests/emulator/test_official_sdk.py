@@ -27,17 +27,9 @@ from createos import (
     WaitOptions,
 )
 
-from createos_sync.emulator import Emulator
-
 from ..waiting import wait_until
 
 WAIT = WaitOptions(timeout=30.0)
-
-
-@pytest.fixture
-def official(emu: Emulator) -> Iterator[createos.Client]:
-    with createos.Client(api_key=emu.api_key, base_url=emu.url, timeout=30.0) as client:
-        yield client
 
 
 @pytest.fixture

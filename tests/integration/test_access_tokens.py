@@ -106,3 +106,23 @@ def test_no_token_or_disk_key_reaches_a_state_file(
     finally:
         client.delete_disk(disk)
     assert token not in caplog.text and "KEY-IN-NO-FILE" not in caplog.text
+
+
+def test_a_client_manages_the_token_of_a_sandbox_it_names(
+    client: Client, emulator: Emulator
+) -> None:
+    """``Client``'s token methods, by sandbox id (what ``createos-sync token`` uses)."""
+    with client.lease() as box:
+        emulator.clear_request_log()
+        token = client.create_access_token(box.id)
+        new = client.rotate_access_token(box.id)
+        client.disable_access_token(box.id)
+        assert operations(emulator) == [  # 1 request each
+            ("token.create", 201),
+            ("token.rotate", 200),
+            ("token.delete", 200),
+        ]
+        assert repr(token) == "AccessToken('***')" and new != token
+        assert not box.access_token_info().enabled
+    with pytest.raises(ValueError, match="sandbox_id must be a non-empty str"):
+        client.create_access_token("")

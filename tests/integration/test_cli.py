@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.cli import main
 from createos_sync.emulator import Emulator
+from createos_sync.journal import Entry, Journal
 
 from ..waiting import wait_until
 from .subprocesses import (

@@ -13,9 +13,9 @@ import threading
 from pathlib import Path
 
 from createos_sync import Client
-from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.config import normalize_base_url
 from createos_sync.emulator import Emulator
+from createos_sync.journal import Entry, Journal
 
 from .subprocesses import CLI, DEADLINE, read_until
 

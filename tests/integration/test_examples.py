@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import createos_sync as cs
-from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.desktop import missing_packages
+from createos_sync.journal import Journal
 
 from ..ports import free_port
 from .subprocesses import emulator_env, finish, spawn

@@ -18,8 +18,8 @@ import pytest
 
 import createos_sync as cs
 from createos_sync import Client, Lease
-from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
+from createos_sync.journal import Journal
 
 from ..waiting import wait_until
 

@@ -10,8 +10,8 @@ import pytest
 
 import createos_sync as cs
 from createos_sync import Client, Lease
-from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator, Fault
+from createos_sync.journal import Journal
 
 from .helpers import operations
 from .subprocesses import emulator_env, finish, read_until

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from createos_sync import Lease
+from createos_sync import Client, Lease
 from createos_sync.emulator import Emulator
 from createos_sync.emulator._machine.isolation import REPORTER, choose
 
@@ -50,9 +50,10 @@ def plain() -> Iterator[Emulator]:
 
 
 @pytest.fixture
-def box(plain: Emulator) -> Iterator[Lease]:
-    with plain.client(requests_per_minute=FAST) as client, client.lease() as lease:
-        yield lease
+def client(plain: Emulator) -> Iterator[Client]:
+    """The tier's ``box`` (conftest) opens its lease on this client: on ``plain``."""
+    with plain.client(requests_per_minute=FAST) as plain_client:
+        yield plain_client
 
 
 def test_terminate_and_close_catch_processes_that_left_the_session(plain: Emulator) -> None:

@@ -136,7 +136,7 @@ def test_the_plugin_is_inert_unless_a_fixture_is_used(tmp_path: Path) -> None:
     source = """
         import sys
         import createos_sync as cs
-        from createos_sync._sandboxes import registry as _registry
+        from createos_sync.lease import _registry
 
         def test_plain():
             assert _registry._watchers == []

@@ -16,10 +16,10 @@ import createos_sync as cs
 from createos_sync import reap
 from createos_sync._sandboxes import reap as reap_module
 from createos_sync._sandboxes.fork import MARKER
-from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync._wire import api as _api
 from createos_sync._wire.deadline import Deadline
 from createos_sync.emulator import Emulator, Fault
+from createos_sync.journal import Entry, Journal
 
 from ..waiting import wait_until
 from .subprocesses import CLI, emulator_env, finish, read_until, spawn
@@ -70,7 +70,7 @@ def test_reap_resolves_entries_by_name_and_leaves_what_is_not_its_own(
     journal = Journal()
     # The owner died while the creation was in flight: only the name is known.
     created = _api.create_sandbox(
-        client.transport, {"shape": "s-1vcpu-1gb", "name": "orphan-1"}, Deadline.after(30)
+        client._transport, {"shape": "s-1vcpu-1gb", "name": "orphan-1"}, Deadline.after(30)
     )
     url = client.config.base_url
     journal.add(Entry(name="orphan-1", base_url=url, **DEAD_OWNER))
@@ -164,7 +164,7 @@ def test_journal_entries_are_written_around_creation_and_removed_on_close(
 def _orphan(client: cs.Client, name: str) -> str:
     """A sandbox whose journal entry names a dead owner; its id."""
     created = _api.create_sandbox(
-        client.transport, {"shape": "s-1vcpu-1gb", "name": name}, Deadline.after(30)
+        client._transport, {"shape": "s-1vcpu-1gb", "name": name}, Deadline.after(30)
     )
     sandbox_id: str = created["id"]
     Journal().add(
@@ -318,7 +318,7 @@ def test_reap_finds_the_fork_a_dead_process_was_making(
     with client.lease() as source, source.fork() as claimed:
         # A process died while its fork was in flight: the source and its marker are known.
         journal.add(Entry(name="fork-in-flight", base_url=url, fork_from=source.id, **DEAD_OWNER))
-        fork = partial(_api.fork_sandbox, client.transport, str(source.id))
+        fork = partial(_api.fork_sandbox, client._transport, str(source.id))
         orphan = fork({"envs": {MARKER: "fork-in-flight"}}, Deadline.after(30))["id"]
         # Another machine's fork of the same source, made at the same moment: not its own.
         theirs = fork({"envs": {MARKER: "elsewhere-0123"}}, Deadline.after(30))["id"]

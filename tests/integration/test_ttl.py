@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from createos_sync import Client, SandboxUnavailable
-from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator
+from createos_sync.journal import Journal
 
 from ..waiting import wait_until
 from .helpers import operations, own_emulator, processes_of

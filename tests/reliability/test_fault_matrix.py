@@ -32,8 +32,8 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator, Fault
+from createos_sync.journal import Journal
 
 from ..integration.helpers import (
     FAST,

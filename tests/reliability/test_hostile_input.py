@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import createos_sync as cs
+from createos_sync._files import _archive
 from createos_sync.emulator import Emulator, Fault
-from createos_sync.files import _archive
 
 from ..integration.helpers import FAST
 from .ledger import Ledger

@@ -72,9 +72,9 @@ def paced_client(emu: Emulator, limit: int, time_: ScaledTime) -> cs.Client:
     """A client whose pacer and waits run on ``time_`` (Client builds its transport from
     the interpreter-wide pacer; Transport accepts another one)."""
     client = emu.client(requests_per_minute=limit, sleep=time_.sleep, timeout=300)
-    client.transport.close()
+    client._transport.close()
     pacer = Pacer(limit, clock=time_.clock, sleep=time_.sleep)
-    client.transport = Transport(client.config, sleep=time_.sleep, pacer=pacer)
+    client._transport = Transport(client.config, sleep=time_.sleep, pacer=pacer)
     return client
 
 
@@ -176,9 +176,9 @@ def test_soak(ledger: Ledger) -> None:
     output and file must arrive whole, no 429 may surface, nothing may leak."""
     held = ScaledTime(1.0)  # the real clock; it records the pacer's waits
     with Emulator(rate_limit=SOAK_LIMIT, api_key=KEY) as emu, emu.client() as client:
-        client.transport.close()
+        client._transport.close()
         pacer = Pacer(SOAK_LIMIT, clock=held.clock, sleep=held.sleep)
-        client.transport = Transport(client.config, pacer=pacer)
+        client._transport = Transport(client.config, pacer=pacer)
         stop_at = time.monotonic() + SOAK_SECONDS
         totals = {"leases": 0, "runs": 0, "bytes": 0, "faults": 0, "scripted_429": 0}
         lock = threading.Lock()

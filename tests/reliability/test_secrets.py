@@ -279,7 +279,7 @@ def test_a_4xx_echoing_the_callers_env_values_shows_none_of_them(
 
 def test_the_key_is_in_no_repr_of_configuration_client_or_lease() -> None:
     client = cs.Client(KEY, BASE)
-    for thing in (client, client.config, client.transport, client.lease()):
+    for thing in (client, client.config, client._transport, client.lease()):
         assert KEY not in repr(thing) and KEY not in str(thing)
     client.close()
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from createos_sync import reap
-from createos_sync._sandboxes.journal import Journal
 from createos_sync.emulator import Emulator, Fault
+from createos_sync.journal import Journal
 
 from ..integration.helpers import FAST, operations, processes_of
 from ..integration.subprocesses import (

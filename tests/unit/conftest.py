@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import responses
@@ -34,9 +35,30 @@ def client(sleeps: list[float]) -> Iterator[Client]:
 
 
 @pytest.fixture
-def box(client: Client, service: Service) -> Iterator[Lease]:
-    """An open lease on a running sandbox; closed without its destroy (tests assert their own)."""
-    service.open_running()
-    lease = client.lease().open()
+def box_sandbox() -> dict[str, Any] | None:
+    """The sandbox record ``box`` opens on (None: a running one); a module overrides it."""
+    return None
+
+
+@pytest.fixture
+def box_options() -> dict[str, Any]:
+    """The options of ``box``'s lease; a module overrides them."""
+    return {}
+
+
+@pytest.fixture
+def box(
+    client: Client,
+    service: Service,
+    box_sandbox: dict[str, Any] | None,
+    box_options: dict[str, Any],
+) -> Iterator[Lease]:
+    """The unit tier's open lease: its creation (and ttl watchdog) and its destroy at the end,
+    if the test left it open, are not the test's requests."""
+    service.create_sandbox(body=box_sandbox)
+    if box_options.get("ttl", ...) is not None:
+        service.watchdog()
+    lease = client.lease(**box_options).open()
     yield lease
-    lease._finish_close()
+    if not lease.closed:
+        service.close(lease)

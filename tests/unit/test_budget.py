@@ -238,7 +238,7 @@ def test_an_unwritable_state_directory_falls_back_to_the_process_with_one_warnin
         with Client("key", URL, requests_per_minute=2) as client:
             for _ in range(2):
                 assert client.shapes() == []
-            pacer = client.transport._pacer
+            pacer = client._transport._pacer
             assert isinstance(pacer, MachinePacer)
             # pacing goes on in this process: the third request in the window must wait
             with pytest.raises(
@@ -285,7 +285,7 @@ def test_scopes_and_state_directories_have_pacers_of_their_own(
     moved = shared_pacer(URL, 300)
     assert isinstance(moved, MachinePacer) and moved is not machine
     assert moved.record.path.is_relative_to(tmp_path / "other")
-    assert Client("key", URL, rate_scope="process").transport._pacer is process
+    assert Client("key", URL, rate_scope="process")._transport._pacer is process
     # A transport made from a configuration alone takes that configuration's scope too.
     assert Transport(Config.resolve("key", URL, rate_scope="process"))._pacer is process
 

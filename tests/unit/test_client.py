@@ -161,3 +161,15 @@ def test_an_id_that_is_not_a_non_empty_str_is_refused_before_any_request(
     with pytest.raises(ValueError, match="must be a non-empty str"):
         getattr(client, method)(bad)
     assert len(service.mock.calls) == 0
+
+
+def test_rootfs_lists_the_catalogs_names_in_one_request(client: Client, service: Service) -> None:
+    service.add("GET", "/rootfs", body={"rootfs": ["ubuntu:24.04", "debian:12", 7]})
+    assert client.rootfs() == ["ubuntu:24.04", "debian:12"]  # what is not a name is dropped
+    assert len(service.mock.calls) == 1
+
+
+def test_a_clients_transport_is_private() -> None:
+    """Everything goes through ``Client``'s methods (and ``request``, the escape hatch)."""
+    with Client("k", "http://127.0.0.1:9") as client:
+        assert not hasattr(client, "transport")

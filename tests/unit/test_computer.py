@@ -6,7 +6,7 @@ import inspect
 import json
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -34,14 +34,13 @@ def png(width: int, height: int) -> bytes:
 
 
 @pytest.fixture
-def box(client: Client, service: Service) -> Iterator[cs.Lease]:
-    """An open lease on a running sandbox; 2 requests (creation, destroy) are not the test's."""
-    service.create_sandbox(body=sandbox(rootfs="desktop:1"))
-    service.watchdog()
-    lease = client.lease(rootfs="desktop:1").open()
-    yield lease
-    service.destroy_sandbox()
-    lease.close()
+def box_sandbox() -> dict[str, Any]:
+    return sandbox(rootfs="desktop:1")
+
+
+@pytest.fixture
+def box_options() -> dict[str, Any]:
+    return {"rootfs": "desktop:1"}
 
 
 def computer_calls(service: Service) -> list[tuple[str, str, dict[str, list[str]], Any]]:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
+import attrs
 import pytest
 import requests
 
 from createos_sync import Client, ConfigError
 from createos_sync.client import client_for
-from createos_sync.config import Config, service_key
+from createos_sync.config import Config, is_loopback, service_key
 
 
 def test_environment_fallbacks_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,7 +115,7 @@ def test_cleanup_gets_60_seconds_unless_told_otherwise() -> None:
     """docs/explanation/containment.md's figure, as a literal: cleanup gets its own 60 s."""
     assert Client("k", "https://api.test").config.cleanup_timeout == 60.0
     shorter = Client("k", "https://api.test", cleanup_timeout=2.5)
-    assert shorter.transport.config.cleanup_timeout == 2.5
+    assert shorter._transport.config.cleanup_timeout == 2.5
 
 
 def test_repr_hides_the_key() -> None:
@@ -164,8 +166,15 @@ def test_a_client_for_a_configuration_has_all_of_it(
         requests_per_minute=60,
         rate_scope="process",
         ca_bundle=bundle,
+        cleanup_timeout=7.5,  # lost on the way before issue 39: its keywords were listed twice
     ).config
     assert client_for(config).config == config
+
+
+def test_configs_fields_are_the_clients_settings() -> None:
+    """``client_for`` passes a ``Config``'s fields as ``Client``'s keywords: one list."""
+    settings = set(inspect.signature(Client).parameters) - {"session", "sleep"}
+    assert settings == {field.name for field in attrs.fields(Config)}
 
 
 @pytest.mark.parametrize(
@@ -186,3 +195,56 @@ def test_the_service_key_drops_a_default_port_and_keeps_other_services_apart() -
     assert service_key("https://API.example.com:443/v1") == service_key("https://api.example.com")
     assert service_key("https://api.example.com") != service_key("https://api.example.org")
     assert service_key("http://127.0.0.1:8080") != service_key("http://127.0.0.1:8081")
+
+
+# --- the loopback rule (one definition: config.is_loopback) -------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["localhost", "LocalHost", "127.0.0.1", "127.0.0.2", "127.255.255.254", "127.1.2.3", "::1"],
+)
+def test_loopback_is_localhost_127_0_0_0_8_and_ipv6_one(host: str) -> None:
+    assert is_loopback(host)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost.example.com",  # names that only look local
+        "127.0.0.1.nip.io",
+        "localhost.",
+        "my-localhost",
+        "127.1",  # a shorthand the resolver would expand: not written as an address
+        "0x7f.0.0.1",
+        "::ffff:127.0.0.1",  # IPv4-mapped: Python's own answer changed in 3.13
+        "128.0.0.1",
+        "10.0.0.1",
+        "0.0.0.0",
+        "::",
+        "",
+    ],
+)
+def test_names_that_only_look_local_are_not_loopback(host: str) -> None:
+    assert not is_loopback(host)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.2:8080", "http://LOCALHOST:9", "http://[::1]:9/v1", "http://127.9.9.9"]
+)
+def test_a_client_takes_plain_http_to_every_loopback_host(url: str) -> None:
+    assert Client("k", url).config.base_url.startswith("http://")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://localhost.example.com", "http://127.0.0.1.nip.io:80", "http://[::ffff:127.0.0.1]"],
+)
+def test_a_client_refuses_plain_http_to_names_that_only_look_local(url: str) -> None:
+    with pytest.raises(ConfigError, match="plain HTTP is only allowed to a loopback host"):
+        Client("k", url)
+
+
+def test_127_0_0_2_is_another_service_than_127_0_0_1() -> None:
+    assert service_key("http://127.0.0.2:8080") != service_key("http://127.0.0.1:8080")
+    assert service_key("http://localhost:8080") == service_key("http://127.0.0.1:8080")

@@ -76,3 +76,21 @@ def test_a_cancelled_cutoff_never_cuts_the_connection(trickler: int) -> None:
     assert not cutoff.fired
     assert len(response.content) == SHORT
     session.close()
+
+
+def test_a_connection_back_in_its_pool_is_let_go_before_the_request_ends(trickler: int) -> None:
+    """The seam ``_wire.cutoff`` needs: urllib3 gives a connection back to its pool through
+    ``HTTPConnectionPool._put_conn``, a private method (urllib3 has no public hook for
+    it). So pyproject bounds urllib3 below its next minor release; raising the bound is
+    deliberate: this test must pass on the new release first."""
+    session = new_session()
+    cutoff = Cutoff(Deadline.after(30))
+    with cutoff.sending():
+        response = session.get(f"http://127.0.0.1:{trickler}/short", timeout=(5, 5), stream=True)
+    conn = cutoff._conn
+    assert conn is not None and conn.createos_cutoff is cutoff  # claimed while the body comes
+    assert len(response.content) == SHORT  # read whole: urllib3 puts the connection back
+    assert conn.createos_cutoff is None  # let go there, before the request's end (cancel)
+    assert cutoff._conn is conn
+    cutoff.cancel()
+    session.close()

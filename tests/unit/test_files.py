@@ -17,9 +17,9 @@ import pytest
 import requests
 
 import createos_sync as cs
-from createos_sync import files
+from createos_sync import _files as files
+from createos_sync._files import _archive
 from createos_sync.errors import UnsafeArchiveError
-from createos_sync.files import _archive
 
 from .wire import API, SANDBOX, Chunked, Service, exit_frame
 

@@ -13,7 +13,7 @@ import requests
 import createos_sync as cs
 from createos_sync import Client
 from createos_sync._sandboxes.fork import MARKER
-from createos_sync._sandboxes.journal import Entry, Journal
+from createos_sync.journal import Entry, Journal
 
 from .wire import API, SANDBOX, Service, sandbox
 
@@ -41,7 +41,7 @@ def parent(client: Client, service: Service) -> Iterator[cs.Lease]:
     service.open_running()
     lease = client.lease().open()
     yield lease
-    lease._finish_close()
+    service.close(lease)
 
 
 def _fork_bodies(service: Service) -> list[dict[str, Any]]:
@@ -89,7 +89,7 @@ def test_a_fork_with_defaults_sends_only_its_marker_and_keeps_the_sources_settin
     child = parent.fork()
     assert [set(body) for body in _fork_bodies(service)] == [{"envs"}]
     assert [set(body["envs"]) for body in _fork_bodies(service)] == [{MARKER}]
-    child._finish_close()
+    service.close(child, FORK)
 
 
 def test_lease_fork_from_journals_the_source_while_the_fork_is_in_flight(
@@ -139,7 +139,7 @@ def test_start_paused_opens_on_a_paused_fork_and_run_says_to_resume(
     # Its ttl watchdog starts at the first resume (a paused sandbox's clock would jump).
     assert _process_creations(service, FORK) == [service.mock.calls[-1]]
     assert child._watchdog.state == "armed"
-    child._finish_close()
+    service.close(child, FORK)
 
 
 @pytest.mark.parametrize(
@@ -206,7 +206,7 @@ def test_503_is_a_refusal_and_the_fork_is_retried(parent: cs.Lease, service: Ser
     child = parent.fork()
     assert child.id == FORK and len(service.calls("POST", "/fork")) == 2
     assert not service.calls("GET", "/sandboxes?")  # no recovery: nothing was unknown
-    child._finish_close()
+    service.close(child, FORK)
 
 
 def _lost_fork(service: Service, answer: Any = 502) -> list[str]:
@@ -245,7 +245,7 @@ def test_the_fork_request_carries_the_lease_name_as_its_marker(
     assert body["envs"]["A"] == "1"
     assert body["envs"][MARKER] == Journal().entries()[-1].name
     assert body["envs"][MARKER].startswith("job-")
-    child._finish_close()
+    service.close(child, FORK)
 
 
 def test_a_lost_answer_destroys_only_the_fork_that_carries_its_marker(

@@ -84,7 +84,7 @@ def test_open_sends_a_unique_name_and_the_settings(client: Client, service: Serv
     assert bodies[0]["name"].startswith("job-")
     assert bodies[0]["name"] != bodies[1]["name"]
     for lease in (first, second):
-        lease._finish_close()
+        service.close(lease)
 
 
 def test_open_polls_until_running_backing_off(
@@ -361,7 +361,7 @@ def test_closed_lease_refuses_further_work(client: Client, service: Service) -> 
 
 
 def test_exit_hook_closes_forgotten_leases(client: Client, service: Service) -> None:
-    from createos_sync._sandboxes import registry as _registry
+    from createos_sync.lease import _registry
 
     service.open_running()
     service.destroy_sandbox()
@@ -412,7 +412,7 @@ def test_lease_from_environment_owns_its_client(monkeypatch: pytest.MonkeyPatch)
 def test_journal_records_the_sandbox_until_it_is_destroyed(
     client: Client, service: Service
 ) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     journal = Journal()
     service.open_running()
@@ -425,7 +425,7 @@ def test_journal_records_the_sandbox_until_it_is_destroyed(
 
 
 def test_journal_keeps_a_sandbox_whose_destroy_failed(client: Client, service: Service) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     service.open_running()
     for _ in range(4):
@@ -438,7 +438,7 @@ def test_journal_keeps_a_sandbox_whose_destroy_failed(client: Client, service: S
 
 
 def test_journal_forgets_a_refused_creation(client: Client, service: Service) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     service.create_sandbox(http=400)
     with pytest.raises(cs.CreateosApiError, match="HTTP 400 during sandbox creation"):
@@ -468,7 +468,7 @@ def _listing_of(service: Service, sandbox_id: object) -> Any:
 def test_creation_answer_without_a_usable_id_is_recovered_by_name(
     client: Client, service: Service, unusable: object
 ) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     answer = {k: v for k, v in sandbox("running").items() if k != "id"}
     if unusable is not None:
@@ -490,7 +490,7 @@ def test_creation_answer_without_a_usable_id_is_recovered_by_name(
 def test_creation_answer_without_a_usable_id_and_no_usable_listing_is_a_cleanup_error(
     client: Client, service: Service
 ) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     service.create_sandbox(body=sandbox("running", sandbox_id=""))
     service.mock.add_callback("GET", API + "/sandboxes", callback=_listing_of(service, "../x"))
@@ -543,7 +543,7 @@ def test_an_unwritable_journal_stops_open_before_any_request(
 def test_a_lease_without_journal_keeps_no_record(
     client: Client, service: Service, monkeypatch: pytest.MonkeyPatch, opt_out: str
 ) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     if opt_out == "environment":
         monkeypatch.setenv("CREATEOS_SYNC_JOURNAL", "off")
@@ -567,7 +567,7 @@ def test_a_misspelt_journal_setting_is_refused_before_any_request(
 
 
 def test_close_during_open_wins(client: Client, service: Service) -> None:
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     polled, closing = threading.Event(), threading.Event()
 
@@ -610,7 +610,7 @@ def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
     client: Client, service: Service
 ) -> None:
     """An in-process emulator's sandboxes die with it: such leases opt out of the journal."""
-    from createos_sync._sandboxes.journal import Journal
+    from createos_sync.journal import Journal
 
     journal = Journal()
     service.open_running()
@@ -649,7 +649,7 @@ def test_a_waiting_resume_stops_at_error(
     with pytest.raises(cs.SandboxUnavailable, match=f"sandbox {SANDBOX} is error"):
         box.resume()
     assert len(service.calls("POST", "/resume")) == 1  # error is not resumed again and again
-    box._finish_close()
+    service.close(box)
 
 
 def test_a_hostile_sandbox_status_is_never_shown(client: Client, service: Service) -> None:

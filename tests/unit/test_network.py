@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,14 +25,8 @@ def ingress_on(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def box(client: Client, service: Service) -> Iterator[cs.Lease]:
-    """An open lease on a running sandbox; 2 requests (creation, destroy) are not the test's."""
-    service.create_sandbox(body=sandbox(ingress_enabled=False, ingress_url_template=TEMPLATE))
-    service.watchdog()
-    lease = client.lease().open()
-    yield lease
-    service.destroy_sandbox()
-    lease.close()
+def box_sandbox() -> dict[str, Any]:
+    return sandbox(ingress_enabled=False, ingress_url_template=TEMPLATE)
 
 
 def sent(service: Service, method: str, path: str = "") -> list[Any]:

@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 import createos_sync as cs
-from createos_sync._sandboxes.options import DEFAULT_TTL, LeaseKeywords, LeaseOptions
+from createos_sync.lease import DEFAULT_TTL, LeaseKeywords, LeaseOptions
 
 
 def _keywords(function: object) -> set[str]:
@@ -107,7 +107,7 @@ def test_an_unknown_keyword_is_a_type_error_naming_the_call() -> None:
 def test_disks_networks_and_ssh_keys_survive_evolve() -> None:
     import attrs
 
-    from createos_sync._sandboxes.options import LeaseOptions
+    from createos_sync.lease import LeaseOptions
 
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHJl user@host"
     options = LeaseOptions(disks={"/mnt/a": "cache"}, networks=["net_1"], ssh_keys=[key])

@@ -13,8 +13,8 @@ import pytest
 import tqdm
 import tqdm.std
 
+from createos_sync._files import Meter, _progress, metered
 from createos_sync.fanout._progress import Progress
-from createos_sync.files import Meter, _progress, metered
 
 from .streams import KernelStream, Terminal
 from .wire import SANDBOX, Service

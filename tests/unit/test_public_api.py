@@ -12,7 +12,7 @@ def test_all_is_sorted_and_complete() -> None:
     public = {n for n in dir(cs) if n.isidentifier() and not n.startswith("_")}
     public -= {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
-    modules |= {"fanout", "network", "process", "pytest_plugin", "result", "templates"}
+    modules |= {"checks", "fanout", "journal", "process", "pytest_plugin", "result", "standalone"}
     modules |= {"computer", "interpreter"}
     assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(
         cs.__all__

@@ -4,7 +4,7 @@ secrets never shown, arguments checked before any request."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,13 +25,13 @@ NEW_DISK = dict(bucket="b", endpoint="https://s3.example.com", access_key="AKIA-
 
 
 @pytest.fixture
-def box(client: Client, service: Service) -> Iterator[cs.Lease]:
-    """An open lease (no ttl); its creation and destroy are not the test's."""
-    service.create_sandbox(body=sandbox(disk_mib=1024))
-    lease = client.lease(ttl=None).open()
-    yield lease
-    service.destroy_sandbox()
-    lease.close()
+def box_sandbox() -> dict[str, Any]:
+    return sandbox(disk_mib=1024)
+
+
+@pytest.fixture
+def box_options() -> dict[str, Any]:
+    return {"ttl": None}
 
 
 Call = Callable[[Client, cs.Lease], Any]

@@ -63,7 +63,7 @@ def test_the_transport_refuses_what_a_caller_forgot_to_check(
     client: Client, service: Service
 ) -> None:
     with pytest.raises(ValueError, match="is not valid Unicode text") as caught:
-        client.transport.call(
+        client._transport.call(
             "POST", "/sandboxes", operation="x", repeat=Repeat.SAFE, deadline=Deadline.after(5),
             json_body={"envs": {"A": BAD}},
         )  # fmt: skip

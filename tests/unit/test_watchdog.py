@@ -74,7 +74,7 @@ def watchdog(client: Client, service: Service, fake: FakeScheduler, clock: Clock
     """An armed watchdog (its creation, 1 request, is made here)."""
     dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
     service.watchdog()
-    dog.arm(Box(client.transport, SANDBOX, sleep=lambda s: None), Deadline.after(10))
+    dog.arm(Box(client._transport, SANDBOX, sleep=lambda s: None), Deadline.after(10))
     return dog
 
 
@@ -162,7 +162,7 @@ def test_a_sandbox_found_destroyed_under_a_command_is_lease_expired_when_the_ttl
 ) -> None:
     """The engines' own finding (a creation refused 409, then the sandbox read 404) goes
     through ``Box.explain``: the watchdog names it when its ttl could have run out."""
-    box = Box(client.transport, SANDBOX, sleep=lambda s: None, explain=watchdog.explain)
+    box = Box(client._transport, SANDBOX, sleep=lambda s: None, explain=watchdog.explain)
     clock.now += late  # renewals stopped landing that long ago (cut off from the service)
     service.create_process(http=409)
     service.add("GET", f"/sandboxes/{SANDBOX}", 404)
@@ -253,7 +253,7 @@ def test_resumed_arms_a_watchdog_never_started_and_rearms_one_held(
 ) -> None:
     """A fork made start_paused opens paused: its first resume starts its watchdog."""
     dog = Watchdog(TTL, scheduler=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
-    box = Box(client.transport, SANDBOX, sleep=lambda s: None)
+    box = Box(client._transport, SANDBOX, sleep=lambda s: None)
     service.watchdog()
     dog.resumed(box, Deadline.after(10))
     assert dog.state == "armed" and dog.process_id == WATCHDOG
@@ -295,7 +295,7 @@ def test_a_lost_creation_answer_is_resolved_by_the_process_list(
     service.add("POST", f"/sandboxes/{SANDBOX}/processes", body=requests.ConnectionError("reset"))
     listed = process(process_id="proc-found", args=["-c", "...", "createos-sync-ttl", dog.name])
     service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": [listed]})
-    dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
+    dog.arm(Box(client._transport, SANDBOX), Deadline.after(10))
     assert dog.process_id == "proc-found" and dog.state == "armed"
     assert len(service.mock.calls) == 2  # never created twice
 
@@ -308,7 +308,7 @@ def test_a_lost_creation_answer_not_found_fails_and_stops_any_watchdog(
     service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": []})
     service.ttl_write()
     with pytest.raises(cs.CreateosApiError, match="no answer during ttl watchdog"):
-        dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
+        dog.arm(Box(client._transport, SANDBOX), Deadline.after(10))
     assert writes(service) == [STOP] and fake.jobs == []
 
 
@@ -323,7 +323,7 @@ def test_a_lost_creation_answer_listed_without_a_usable_id_fails_and_stops_any_w
     service.add("GET", f"/sandboxes/{SANDBOX}/processes", body={"processes": [listed]})
     service.ttl_write()
     with pytest.raises(cs.CreateosApiError, match="no answer during ttl watchdog"):
-        dog.arm(Box(client.transport, SANDBOX), Deadline.after(10))
+        dog.arm(Box(client._transport, SANDBOX), Deadline.after(10))
     assert dog.process_id is None
     assert writes(service) == [STOP] and fake.jobs == []
 

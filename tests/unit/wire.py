@@ -118,9 +118,19 @@ class Service:
     def get_sandbox(self, status: str = "running") -> None:
         self.add("GET", f"/sandboxes/{SANDBOX}", body=sandbox(status))
 
-    def destroy_sandbox(self, http: int = 200) -> None:
-        body = None if http >= 400 else {"id": SANDBOX, "status": "destroying"}
-        self.add("DELETE", f"/sandboxes/{SANDBOX}", http, body)
+    def destroy_sandbox(self, http: int = 200, sandbox_id: str = SANDBOX) -> None:
+        body = None if http >= 400 else {"id": sandbox_id, "status": "destroying"}
+        self.add("DELETE", f"/sandboxes/{sandbox_id}", http, body)
+
+    def close(self, lease: Any, sandbox_id: str = SANDBOX) -> None:
+        """``lease.close()``, the public way, its destroy answered (none is sent when the
+        lease found its sandbox gone: then none is expected)."""
+        path = f"/sandboxes/{sandbox_id}"
+        before = len(self.calls("DELETE", path))
+        self.destroy_sandbox(sandbox_id=sandbox_id)
+        lease.close()
+        if len(self.calls("DELETE", path)) == before:
+            self.mock.remove("DELETE", API + path)
 
     def open_running(self) -> None:
         """A creation answered ``running``, then the ttl watchdog's creation."""

@@ -21,17 +21,17 @@ Why each piece works the way it does:
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from urllib.parse import urlsplit
 
-from ._sandboxes.box import Box
-from ._sandboxes.options import check_egress
-from ._wire import api as _api
-from ._wire.deadline import Deadline
-from ._wire.server_text import PORT_PLACEHOLDER, UNRECOGNISED, egress_rules
-from .errors import CreateosError, Operation, OperationTimeout, ProtocolError
-from .models import SandboxInfo
+from .._sandboxes.box import Box
+from .._wire import api as _api
+from .._wire.deadline import Deadline
+from .._wire.server_text import PORT_PLACEHOLDER, UNRECOGNISED, egress_rules
+from ..config import is_loopback
+from ..errors import CreateosError, Operation, OperationTimeout, ProtocolError
+from ..models import SandboxInfo
+from ._options import check_egress
 
 PROBE_HOST = "127.0.0.1"
 PROBE_INTERVAL = 0.2
@@ -95,16 +95,6 @@ def _loopback_name(host: str) -> bool:
     """A loopback host, or a name under ``localhost``: RFC 6761 keeps those on loopback,
     and browsers resolve them so (the emulator's preview hosts)."""
     return is_loopback(host) or host.lower().endswith(".localhost")
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def read_egress(box: Box, deadline: Deadline) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..lease._core import LeaseCore as Lease
+    from ._core import LeaseCore as Lease
 
 log = logging.getLogger("createos_sync.lease")
 

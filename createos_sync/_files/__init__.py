@@ -9,7 +9,7 @@ when complete, so no failure, Ctrl-C included, leaves a half-written file.
 
 Directories travel as one tar archive through a scratch file in the
 sandbox's ``/tmp``, packed and extracted by ``tar`` there and by
-``createos_sync.files._archive`` here (see that module for what is refused).
+``createos_sync._files._archive`` here (see that module for what is refused).
 Scratch files are removed afterwards, on failure too. A remote path that
 does not exist raises ``RemoteFileNotFoundError`` (also a ``FileNotFoundError``)
 naming it, for reads, downloads and directory downloads alike.
@@ -38,6 +38,7 @@ from .._wire import api as _api
 from .._wire.deadline import Deadline
 from .._wire.http import Body, Stream
 from .._wire.retry import ReconnectBudget, Repeat
+from ..config import new_beside
 from ..errors import (
     CommandFailed,
     CreateosApiError,
@@ -330,15 +331,8 @@ def _part_file(beside: str, suffix: str = ".part") -> Iterator[tuple[str, Binary
     Created with mode 0o666 so that the umask applies, as for any new file
     (``mkstemp`` would leave a downloaded file readable by its owner only).
     """
-    parent, name = os.path.split(beside)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        part = os.path.join(parent, f".{name}.{secrets.token_hex(4)}{suffix}")
-        try:
-            fd = os.open(part, flags, 0o666)
-        except FileExistsError:
-            continue
-        break
+    part, fd = new_beside(beside, suffix, lambda path: os.open(path, flags, 0o666))
     try:
         with os.fdopen(fd, "w+b") as sink:
             yield part, sink

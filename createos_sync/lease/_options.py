@@ -11,7 +11,6 @@ so that ``help()`` lists them all. A new lease option touches this module only.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType
 from typing import Any, Literal, TypedDict, TypeVar
@@ -22,7 +21,7 @@ from .._commands.command import validate_env
 from .._resources import checks as _checks
 from .._resources import disks as _disks
 from .._resources import networks as _networks
-from ..config import default_shape
+from ..config import default_shape, positive_seconds
 from ..models import Disk, Network
 
 OnExit = Literal["destroy", "keep", "pause"]
@@ -37,13 +36,7 @@ Default = EllipsisType
 
 def check_seconds(name: str, value: object) -> float | None:
     """A positive, finite number of seconds, or None."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a positive, finite number of seconds")
-    return float(value)
+    return None if value is None else positive_seconds(name, value, none_too=True)
 
 
 def check_egress(rules: object) -> tuple[str, ...] | None:

@@ -26,14 +26,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._wire import api as _api
-from ._wire import retry as _retry
-from ._wire.deadline import Deadline
-from ._wire.http import Stream, Transport
-from ._wire.ndjson import split_lines
-from ._wire.server_text import REDACTED, TEMPLATE_STATUS, log_line, token
-from .errors import CreateosApiError, Operation, ProtocolError, TemplateBuildError
-from .models import Template
+from .._wire import api as _api
+from .._wire import retry as _retry
+from .._wire.deadline import Deadline
+from .._wire.http import Stream, Transport
+from .._wire.ndjson import split_lines
+from .._wire.server_text import REDACTED, TEMPLATE_STATUS, log_line, token
+from ..errors import CreateosApiError, Operation, ProtocolError, TemplateBuildError
+from ..models import Template
 
 DEFAULT_BUILD_TIMEOUT = 1800.0
 TAIL_LINES = 20

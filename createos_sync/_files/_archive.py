@@ -38,6 +38,7 @@ from typing import BinaryIO
 
 import attrs
 
+from ..config import new_beside
 from ..errors import UnsafeArchiveError
 
 log = logging.getLogger("createos_sync.files")
@@ -153,15 +154,8 @@ def unpack(archive: BinaryIO, target: str | os.PathLike[str]) -> None:
 
 
 def _staging_directory(path: str) -> str:
-    parent, name = os.path.split(path)
-    for _ in range(100):
-        candidate = os.path.join(parent, f".{name}.{os.urandom(4).hex()}.part")
-        try:
-            os.mkdir(candidate)  # the umask applies, as for any new directory
-        except FileExistsError:
-            continue
-        return candidate
-    raise FileExistsError(f"no free temporary name beside {path}")
+    staging, _ = new_beside(path, ".part", os.mkdir)  # the umask applies, as for any directory
+    return staging
 
 
 def check(infos: list[tarfile.TarInfo]) -> list[Member]:

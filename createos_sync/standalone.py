@@ -18,7 +18,7 @@ from pathlib import Path
 
 import attrs
 
-from ..config import API_KEY_ENV, CA_BUNDLE_ENV, private_dir, private_file, state_dir
+from .config import API_KEY_ENV, CA_BUNDLE_ENV, private_dir, private_file, state_dir
 
 RECORD = "emulator.json"
 URL_ENV = "CREATEOS_API_URL"
