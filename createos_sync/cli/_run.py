@@ -5,6 +5,11 @@ The exit status is the command's own; 124 when it timed out (as with
 this CLI received signal N (130 for Ctrl-C) after cleaning up like
 ``Lease.close()``. Without ``--timeout`` the command has no time limit.
 
+The command's stdout and stderr are copied byte for byte to this
+process's own (``run(..., text=False)``), so ``run -- 'tar czf - d' | tar
+tz`` works, on a terminal and off. ``--keep`` prints the sandbox's id
+on stdout, first, before the command's output.
+
 Piped or redirected stdin (anything but a terminal) is CMD's stdin: it is
 staged in the sandbox before CMD starts, streamed in constant memory (1
 more request), as ``run(stdin=...)`` does; an empty one costs nothing.
@@ -110,7 +115,8 @@ def add_parser(
         "--timeout",
         type=_args.seconds,
         metavar="SECONDS",
-        help="terminate CMD after this long and exit 124 (default: no limit)",
+        help="terminate CMD after this long and exit 124 (default: no limit here; in Python, "
+        "run() stops a command after 300 s and returns timed_out=True unless given timeout=)",
     )
     parser.add_argument(
         "--upload",
@@ -145,7 +151,9 @@ def add_parser(
         help="join a private network of the account (its name or id); repeatable",
     )
     parser.add_argument(
-        "--keep", action="store_true", help="leave the sandbox running and print its id"
+        "--keep",
+        action="store_true",
+        help="leave the sandbox running and print its id on stdout, first (ID=$(... --keep ...))",
     )
     parser.add_argument(
         "--ttl",
@@ -185,9 +193,10 @@ def run(args: argparse.Namespace) -> int:
             "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
             hint=HELP_HINT,
         )
-    if args.local and (args.disk or args.network):
+    if (args.disk or args.network) and _local.in_process(local=args.local):
         raise UsageError(
-            "--disk and --network name resources of the account: not with --local",
+            "--disk and --network with --local name resources of the emulator that "
+            f"`{PROG} emulator` serves, and none serves: an in-process one has none",
             hint=HELP_HINT,
         )
     if args.local and args.keep:
@@ -208,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         open_lease(lease, client, args)
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
+                print(box.id, flush=True)  # for ID=$(createos-sync run --keep ...)
                 again = f"createos-sync destroy{' --local' if args.local else ''} {box.id}"
                 say(f"keeping sandbox {box.id} (destroy it with: {again})")
             for local, remote in args.upload:
@@ -217,7 +227,14 @@ def run(args: argparse.Namespace) -> int:
                 status = _on_terminal(box, command, cwd=args.cwd, env=env, timeout=timeout)
             else:
                 result = box.run(
-                    command, cwd=args.cwd, env=env, stdin=stdin, timeout=timeout, echo=True
+                    command,
+                    cwd=args.cwd,
+                    env=env,
+                    stdin=stdin,
+                    timeout=timeout,
+                    echo=True,
+                    text=False,  # byte for byte: a pipeline gets what CMD wrote
+                    max_output=0,  # everything went to stdout / stderr already
                 )
                 status = _status(result)
             if not _download_all(box, args.download, debug=args.debug) and status == 0:
@@ -309,6 +326,7 @@ def _on_terminal(
         cwd=cwd,
         env={**local_term(), **env},
         echo=True,
+        text=False,  # the terminal's own bytes, to this terminal
         max_output=0,  # everything is on the screen already
         pty=window_size(window),
     )
@@ -325,7 +343,7 @@ def _on_terminal(
     return _status(result)
 
 
-def _type_end_of_input(process: Process, ending: float = ENDING) -> None:
+def _type_end_of_input(process: Process[bytes], ending: float = ENDING) -> None:
     """Type Ctrl-D, as ``run()`` does: nobody types, so a command reading lines sees the end.
 
     A command that has ended already refuses input (its terminal is closed):
@@ -383,7 +401,7 @@ def _timed_out(limit: float | None) -> int:
     return EXIT_TIMEOUT
 
 
-def _status(result: RunResult) -> int:
+def _status(result: RunResult[bytes]) -> int:
     if result.timed_out:
         return _timed_out(result.timeout)
     if result.signal is not None:

@@ -113,8 +113,8 @@ def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
     emulator: Emulator, env: dict[str, str], in_process: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = finish(spawn([*CLI, "run", "--keep", "--", "echo kept"], env))
-    assert (status, out) == (0, "kept\n")
     kept = err.split("keeping sandbox ", 1)[1].split()[0]
+    assert (status, out) == (0, f"{kept}\nkept\n")  # the id first, for ID=$(...)
     assert kept in emulator.live_sandboxes()
     assert not Journal().entries()  # kept on purpose: reap must not touch it
 
