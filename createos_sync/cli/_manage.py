@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import sys
 import types
@@ -27,7 +26,7 @@ from .._sandboxes.journal import Entry, Journal
 from .._sandboxes.reap import reap
 from .._wire.server_text import ID, STATUS, token
 from ..client import Client
-from ..config import API_KEY_ENV, BASE_URL_ENVS, DEFAULT_BASE_URL, normalize_base_url
+from ..config import API_KEY_ENV, env_api_key, env_base_url, normalize_base_url
 from ..errors import ConfigError, CreateosError
 from ..models import SandboxInfo
 from ._local import account, add_local_flag
@@ -175,7 +174,7 @@ def reap_orphans(args: argparse.Namespace) -> int:
 
 def _reaper(args: argparse.Namespace) -> contextlib.AbstractContextManager[Client]:
     """The client ``reap`` works with; a dry run without a key reads the journal only."""
-    if args.dry_run and not args.local and not os.environ.get(API_KEY_ENV, "").strip():
+    if args.dry_run and not args.local and env_api_key() is None:
         return contextlib.nullcontext(cast(Client, _JournalOnly()))
     return account(local=args.local)
 
@@ -185,7 +184,7 @@ class _JournalOnly:
     matched with. Finding an entry's sandbox by name would need a request: it fails."""
 
     def __init__(self) -> None:
-        url = next((os.environ[n] for n in BASE_URL_ENVS if os.environ.get(n)), DEFAULT_BASE_URL)
+        url = env_base_url()
         self.config = types.SimpleNamespace(base_url=normalize_base_url(url))
 
     def sandboxes(self) -> list[SandboxInfo]:

@@ -14,7 +14,7 @@ import sys
 from .._resources import tokens as _tokens
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from ._local import account
+from ._local import account, add_local_flag
 from ._report import UsageError, say
 
 HINT = "see `createos-sync token --help`"
@@ -38,6 +38,7 @@ def add_parser(
     ):
         sub = actions.add_parser(action, parents=[common], help=what, description=what)
         sub.add_argument("sandbox_id", metavar="SANDBOX_ID")
+        add_local_flag(sub)
         sub.set_defaults(handler=token)
 
 
@@ -46,7 +47,7 @@ def token(args: argparse.Namespace) -> int:
     sandbox_id = args.sandbox_id
     if not sandbox_id.strip() or not sandbox_id.isprintable() or "/" in sandbox_id:
         raise UsageError("SANDBOX_ID must be a sandbox id such as sb-...", hint=HINT)
-    with account() as client:
+    with account(local=args.local) as client:
         deadline = Deadline.after(client.config.timeout)
         if args.token_action == "disable":
             _api.disable_access_token(client.transport, sandbox_id, deadline)

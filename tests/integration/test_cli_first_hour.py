@@ -74,7 +74,7 @@ def test_every_command_works_offline_on_the_standalone_emulator() -> None:
     )
     try:
         read_until(serving, b"recorded in ")
-        record = Path(env["CREATEOS_SYNC_STATE_DIR"]) / "emulator.json"
+        record = Path(env["CREATEOS_SYNC_STATE_DIR"]) / "emulators" / f"{serving.pid}.json"
         assert stat.S_IMODE(record.stat().st_mode) == 0o600  # it holds the key
         status, exports, _ = typed([*CLI, "emulator", "--env"], env)
         assert status == 0 and exports.startswith("export CREATEOS_API_URL=http://127.0.0.1:")

@@ -186,3 +186,13 @@ def test_the_service_key_drops_a_default_port_and_keeps_other_services_apart() -
     assert service_key("https://API.example.com:443/v1") == service_key("https://api.example.com")
     assert service_key("https://api.example.com") != service_key("https://api.example.org")
     assert service_key("http://127.0.0.1:8080") != service_key("http://127.0.0.1:8081")
+
+
+def test_the_official_clients_key_name_is_read_after_ours() -> None:
+    env = {"CREATEOS_SANDBOX_API_KEY": "k-official", "CREATEOS_SANDBOX_BASE_URL": "http://[::1]:9"}
+    config = Config.resolve(environ=env)
+    assert (config.api_key, config.base_url) == ("k-official", "http://[::1]:9")
+    config = Config.resolve(environ={**env, "CREATEOS_API_KEY": "k-ours", "CREATEOS_API_URL": ""})
+    assert config.api_key == "k-ours"
+    with pytest.raises(ConfigError, match="no API key"):
+        Config.resolve(environ={"CREATEOS_SANDBOX_API_KEY": "  "})
