@@ -378,9 +378,22 @@ class Desktop:
         return listed[window]
 
     def geometry(self, screen: Screen, window: str) -> dict[str, Any]:
+        """The client area's position on the screen (as screenshots see it) and size.
+
+        Not ``xdotool getwindowgeometry``: under a window manager that frames
+        windows, it translates the window's offset in its frame from the
+        window's own coordinates, so its y is the title bar's height too low.
+        ``xwininfo``'s absolute upper-left corner is the client area's.
+        """
         self.window(screen, window)
-        values = _numbers(screen.run("xdotool", "getwindowgeometry", "--shell", window))
-        names = {"x": "X", "y": "Y", "width": "WIDTH", "height": "HEIGHT"}
+        text = screen.run("xwininfo", "-id", window)
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.strip().partition(":")
+            if value.strip().lstrip("-").isdigit():
+                values[name] = int(value)
+        names = {"x": "Absolute upper-left X", "y": "Absolute upper-left Y"}
+        names |= {"width": "Width", "height": "Height"}
         return {"id": window, **{k: values[v] for k, v in names.items()}, "screen": 0}
 
     # screens
