@@ -16,9 +16,9 @@ def test_an_unknown_rootfs_is_refused_with_the_catalog_s_names(
     emulator.clear_request_log()
     with pytest.raises(
         cs.CreateosApiError,
-        match=r"HTTP 400 during sandbox creation[^:]*: unknown rootfs 'ubuntu:24\.04' \(did you mean "
-        r"'ubuntu-24\.04'\?\): the root file systems are .*ubuntu-24\.04.* \(or give a ready "
-        r"template's id\)",
+        match=r"HTTP 400 during sandbox creation[^:]*: unknown rootfs 'ubuntu:24\.04' "
+        r"\(did you mean 'ubuntu-24\.04'\?\): the root file systems are .*ubuntu-24\.04.* "
+        r"\(or give a ready template's id\)",
     ):
         client.lease(rootfs="ubuntu:24.04").open()
     paths = [(r.method, r.path) for r in emulator.request_log]
