@@ -104,8 +104,14 @@ class LeaseCore(Containment):
 
     @property
     def id(self) -> str | None:
-        """The sandbox id, once known."""
+        """The sandbox id, once known (also ``sandbox_id``)."""
         return self._box.sandbox_id if self._box is not None else self._options.sandbox_id
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox id, once known: ``id`` by the name errors and ``lease(sandbox_id=...)``
+        use."""
+        return self.id
 
     @property
     def status(self) -> str | None:

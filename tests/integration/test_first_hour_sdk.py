@@ -23,3 +23,10 @@ def test_an_unknown_rootfs_is_refused_with_the_catalog_s_names(
         client.lease(rootfs="ubuntu:24.04").open()
     paths = [(r.method, r.path) for r in emulator.request_log]
     assert paths[-2:] == [("POST", "/v1/sandboxes"), ("GET", "/v1/rootfs")]  # 1 more, then
+
+
+def test_a_lease_answers_to_id_and_sandbox_id(client: Client) -> None:
+    with client.lease() as box:
+        assert box.id is not None and box.sandbox_id == box.id
+        with client.lease(sandbox_id=box.sandbox_id) as again:
+            assert again.sandbox_id == box.id
