@@ -16,7 +16,9 @@ Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
 statuses: the command's own for ``run`` (124 timeout, 128 + N for signal N,
 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), 1 for a failure, 2 for a usage or
-configuration error. A usage error is one line, then a pointer to ``--help``.
+configuration error, and for anything named that the account does not have
+(a shape, rootfs, disk, network, or a sandbox or template never seen: a
+typo is not a success). A usage error is one line, then a pointer to ``--help``.
 """
 
 from __future__ import annotations

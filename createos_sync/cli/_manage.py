@@ -27,10 +27,10 @@ from .._sandboxes.reap import reap
 from .._wire.server_text import ID, STATUS, token
 from ..client import Client
 from ..config import API_KEY_ENV, env_api_key, env_base_url, normalize_base_url
-from ..errors import ConfigError, CreateosError
+from ..errors import ConfigError, CreateosApiError, CreateosError
 from ..models import SandboxInfo
 from ._local import account, add_local_flag
-from ._report import EXIT_FAILURE, say
+from ._report import EXIT_FAILURE, EXIT_USAGE, PROG, say
 
 # What a sandbox's or template's name may look like on the terminal.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/@+=-]{0,127}\Z")
@@ -139,24 +139,43 @@ def list_sandboxes(args: argparse.Namespace) -> int:
 
 
 def destroy_sandboxes(args: argparse.Namespace) -> int:
+    """Destroy each id: 0 if every one is destroyed or known and gone, 2 if one was never
+    seen (a typo is not a success), 1 if a destruction failed."""
     status = 0
     journal = Journal()
     with account(local=args.local) as client:
         for sandbox_id in args.ids:
+            known = any(entry.sandbox_id == sandbox_id for entry in journal.entries())
             try:
                 existed = client.destroy(sandbox_id)
+                gone = None if existed else _gone_status(client, sandbox_id)
             except CreateosError as exc:
                 say(f"destroying {sandbox_id} failed: {exc}")
                 status = EXIT_FAILURE
                 continue
             if existed:
                 print(f"destroyed {sandbox_id}", flush=True)
+            elif gone is not None or known:
+                print(f"{sandbox_id} is already gone ({gone or 'destroyed'})", flush=True)
             else:
-                print(f"no such sandbox {sandbox_id} (already gone)", flush=True)
+                say(f"no such sandbox {sandbox_id}: never seen here (`{PROG} ls` lists them)")
+                status = status or EXIT_USAGE  # a failure (1) says more
             for entry in journal.entries():
                 if entry.sandbox_id == sandbox_id:
                     journal.remove(entry.name)
     return status
+
+
+def _gone_status(client: Client, sandbox_id: str) -> str | None:
+    """The status of a sandbox that refused a destroy, if the service still knows it
+    (``destroying``, ``destroyed``); None if it never did (1 request)."""
+    try:
+        info = client.sandbox(sandbox_id)
+    except CreateosApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return shown(info.status, STATUS)
 
 
 def reap_orphans(args: argparse.Namespace) -> int:
@@ -210,8 +229,11 @@ def _ask(pid: int) -> bool:
         say(f"process {pid} still runs: not confirmed (without a terminal, use --owner {pid})")
         return False
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            "utf-8", "replace"
+        command = (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode("utf-8", "replace")
         )
     except OSError:
         command = "?"

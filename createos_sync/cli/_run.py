@@ -80,7 +80,8 @@ exit status:
   128+N     the command was killed by signal N (137 for SIGKILL)
   130       interrupted by Ctrl-C (SIGINT)
   143, 129  stopped by SIGTERM, SIGHUP (the sandbox is cleaned up in every case)
-  2         usage or configuration error (unknown option, shape or rootfs, no API key)
+  2         usage or configuration error (unknown option, no API key), or a name the
+            account does not have (shape, rootfs, disk, network)
   1         API, transfer or cleanup failure (a failed download turns 0 into 1)
 """
 HELP_HINT = "see `createos-sync run --help`"
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             on_exit="keep" if args.keep else None,
             journal=not _local.in_process(local=args.local),
             ttl=args.ttl,
-            disks=dict(args.disk) or None,
+            disks=_disks_named(client, args.disk) or None,
             networks=_networks_named(client, args.network) or None,
         )
         open_lease(lease, client, args)
@@ -242,19 +243,31 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _disks_named(client: Client, mounts: list[tuple[str, str]]) -> dict[str, str]:
+    """Mount path -> the id of the disk named (by name or id): 1 listing, if any."""
+    if not mounts:
+        return {}
+    known = [(d.id, d.name) for d in client.disks()]
+    return {path: _one_named("disk", known, name) for path, name in mounts}
+
+
 def _networks_named(client: Client, names: list[str]) -> list[str]:
     """The ids of the networks named (by name or id): 1 listing per 500 networks, if any."""
     if not names:
         return []
-    known = client.networks()
-    ids = []
-    for name in names:
-        found = [n.id for n in known if name in (n.id, n.name)]
-        if len(found) != 1:
-            why = "no network is" if not found else "several networks are"
-            raise UsageError(f"{why} named {name!r}: give its id", hint=HELP_HINT)
-        ids.append(found[0])
-    return ids
+    known = [(n.id, n.name) for n in client.networks()]
+    return [_one_named("network", known, name) for name in names]
+
+
+def _one_named(kind: str, known: list[tuple[str, str | None]], name: str) -> str:
+    """The id of the one ``kind`` named ``name`` (its name or id); a usage error (status 2,
+    as for an unknown shape) when the account has none, or several."""
+    found = [ident for ident, known_name in known if name in (ident, known_name)]
+    if len(found) != 1:
+        if not found:
+            raise UsageError(f"no {kind} is named {name!r}", hint=HELP_HINT)
+        raise UsageError(f"several {kind}s are named {name!r}: give its id", hint=HELP_HINT)
+    return found[0]
 
 
 def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:

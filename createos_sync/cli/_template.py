@@ -17,7 +17,7 @@ from .._wire.server_text import TEMPLATE_STATUS
 from ..errors import CreateosError
 from ._local import account, add_local_flag
 from ._manage import NAME, _jsonable, _print_json, _print_table, id_argument, shown
-from ._report import EXIT_FAILURE, UsageError, say
+from ._report import EXIT_FAILURE, EXIT_USAGE, PROG, UsageError, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
 
@@ -102,6 +102,8 @@ def list_templates(args: argparse.Namespace) -> int:
 
 
 def delete_templates(args: argparse.Namespace) -> int:
+    """Delete each id: 0 if every one is deleted, 2 if the account has no such template (a
+    typo is not a success), 1 if a deletion failed."""
     status = 0
     with account(local=args.local) as client:
         for template_id in args.ids:
@@ -114,7 +116,8 @@ def delete_templates(args: argparse.Namespace) -> int:
             if existed:
                 print(f"deleted {template_id}", flush=True)
             else:
-                print(f"no such template {template_id} (already gone)", flush=True)
+                say(f"no such template {template_id} (`{PROG} template ls` lists them)")
+                status = status or EXIT_USAGE  # a failure (1) says more
     return status
 
 

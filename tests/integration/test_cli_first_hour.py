@@ -51,7 +51,7 @@ def test_template_rm_of_an_unknown_id_says_so(
     emulator: Emulator, env: dict[str, str], client: Client
 ) -> None:
     status, out, err = typed([*CLI, "template", "rm", "tpl-nope"], env)
-    assert (status, out) == (0, "no such template tpl-nope (already gone)\n"), err
+    assert (status, out) == (2, "") and "no such template tpl-nope" in err, err
     assert client.delete_template("tpl-nope") is False  # in Python: gone is fine, and said
 
 
