@@ -377,6 +377,20 @@ def may_have_taken_effect(exc: BaseException) -> bool:
 _NOTE_PREFIX = "CreateosCleanupError: "
 
 
+def missing_extra(extra: str, module: str, exc: ModuleNotFoundError) -> ModuleNotFoundError:
+    """The one-line error for an optional extra that is not installed, as sentry-sdk's
+    integrations say it: what needs what, and the pip line that installs it.
+
+    ``name`` stays the missing module's, so that ``except ModuleNotFoundError``
+    and checks of ``exc.name`` behave as for the original error.
+    """
+    missing = (exc.name or "a dependency").split(".")[0]
+    return ModuleNotFoundError(
+        f"{module} needs {missing}, which is not installed: pip install 'createos-sync[{extra}]'",
+        name=exc.name,
+    )
+
+
 def add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)``, also on Python 3.10 (where only ``__notes__`` exists)."""
     if hasattr(exc, "add_note"):
