@@ -321,7 +321,7 @@ class CommandFailed(CreateosError):
                 ended = f"was killed by {result.signal}"
             else:
                 ended = f"exited with status {result.exit_code}"
-            message = f"command {result.describe_args()} {ended} (process {result.process_id})"
+            message = f"command {result.describe_args()} {ended} ({result.where()})"
             tail = _output_tail(result)
             if tail:
                 message += "\n" + tail
@@ -335,8 +335,7 @@ class CommandTimeout(CommandFailed, TimeoutError):
         self.timeout = timeout
         limit = f" of {timeout:g} s" if timeout is not None else ""
         message = (
-            f"command {result.describe_args()} timed out after its limit{limit}"
-            f" (process {result.process_id})"
+            f"command {result.describe_args()} timed out after its limit{limit} ({result.where()})"
         )
         tail = _output_tail(result)
         super().__init__(result, f"{message}\n{tail}" if tail else message)

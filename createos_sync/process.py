@@ -168,6 +168,7 @@ class Process(Generic[AnyStr]):
             timed_out=terminated,
             truncated=self._output.truncated,
             duration=self._duration,
+            sandbox_id=self._box.sandbox_id,
         )
         self._execution.follower.raise_if_lost(result)
         return result

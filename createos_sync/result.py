@@ -43,6 +43,12 @@ class RunResult(Generic[AnyStr]):
     truncated: bool = False
     duration: float = 0.0
     timeout: float | None = attrs.field(default=None, eq=False)
+    sandbox_id: str | None = attrs.field(default=None, eq=False)
+
+    def where(self) -> str:
+        """``process P in sandbox S``, for messages (the sandbox when known)."""
+        inside = f" in sandbox {self.sandbox_id}" if self.sandbox_id else ""
+        return f"process {self.process_id}{inside}"
 
     @property
     def returncode(self) -> int | None:

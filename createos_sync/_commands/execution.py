@@ -276,6 +276,7 @@ def run(
         truncated=output.truncated,
         duration=time.monotonic() - started,
         timeout=timeout,
+        sandbox_id=box.sandbox_id,
     )
     execution.follower.raise_if_lost(result)
     return result
