@@ -32,6 +32,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Sequence
 from typing import BinaryIO
 
 from .._commands.command import Command
@@ -259,7 +260,7 @@ def _networks_named(client: Client, names: list[str]) -> list[str]:
     return [_one_named("network", known, name) for name in names]
 
 
-def _one_named(kind: str, known: list[tuple[str, str | None]], name: str) -> str:
+def _one_named(kind: str, known: Sequence[tuple[str, str | None]], name: str) -> str:
     """The id of the one ``kind`` named ``name`` (its name or id); a usage error (status 2,
     as for an unknown shape) when the account has none, or several."""
     found = [ident for ident, known_name in known if name in (ident, known_name)]

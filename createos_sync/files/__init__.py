@@ -53,7 +53,7 @@ log = logging.getLogger("createos_sync.files")
 
 FileData = bytes | bytearray | memoryview | str | BinaryIO
 Progress = Callable[[int, "int | None"], object]
-Run = Callable[[list[str]], RunResult]
+Run = Callable[[list[str]], RunResult[str]]
 
 PROGRESS_INTERVAL = 0.1  # seconds: at most ten progress calls a second
 UPLOAD_CHUNK = 256 * 1024

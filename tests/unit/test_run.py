@@ -467,3 +467,10 @@ def test_a_hostile_stream_error_code_is_a_placeholder(box: Any, service: Service
     with pytest.raises(cs.ProtocolError) as caught:
         box.run("x")
     assert "SECRET" not in str(caught.value) and "(unrecognised)" in str(caught.value)
+
+
+def test_a_failed_bytes_command_shows_its_output_decoded(box: Any, service: Service) -> None:
+    service.run(data(1, b"\xffboom\n", "stderr"), exit_frame(2))
+    with pytest.raises(cs.CommandFailed, match="stderr:\n  \ufffdboom") as caught:
+        box.run("x", text=False, check=True)
+    assert caught.value.result.stderr == b"\xffboom\n"
