@@ -24,6 +24,8 @@ typo is not a success). A usage error is one line, then a pointer to ``--help``.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -40,7 +42,21 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\nsee `{self.prog} --help`\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{PROG}: error: {message}{_did_you_mean(message)}\nsee `{self.prog} --help`\n",
+        )
+
+
+def _did_you_mean(message: str) -> str:
+    """For argparse's "invalid choice: 'rnu' (choose from 'run', ...)": the closest choice."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if found is None:
+        return ""
+    # Quoted ('run', 'shell') or, in newer Pythons, bare (run, shell).
+    choices = [choice.strip("'") for choice in found[2].split(", ")]
+    close = difflib.get_close_matches(found[1], choices, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -187,3 +187,10 @@ def test_listings_never_print_the_service_s_escape_sequences() -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_mistyped_subcommand_gets_a_did_you_mean(env: dict[str, str]) -> None:
+    status, out, err = typed([*CLI, "rnu", "--", "true"], env)
+    assert (status, out) == (2, "") and err.splitlines()[0].endswith("; did you mean 'run'?")
+    status, _, err = typed([*CLI, "template", "biuld", "x"], env)
+    assert status == 2 and err.splitlines()[0].endswith("; did you mean 'build'?")
