@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -103,9 +104,15 @@ class Screen:
             if settle is not None:
                 return ""
             raise Refused(504, f"{argv[0]} did not answer") from None
+        said = done.stderr.decode("utf-8", "replace")
         if done.returncode != 0:
-            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            lines = said.strip().splitlines()
             raise Refused(400, f"{argv[0]} failed: {lines[-1][:200] if lines else 'no message'}")
+        unknown = re.search(r"No such key name '([^']{0,64})'", said)
+        if unknown is not None:  # xdotool ignores such a key and succeeds: a typo pressed nothing
+            raise Refused(
+                400, f"unknown key {unknown[1]!r}: keys are X keysym names (Return, ctrl, F5, a)"
+            )
         return done.stdout.decode("utf-8", "replace")
 
     def to_json(self) -> dict[str, Any]:
