@@ -47,7 +47,7 @@ from createos_sync_pytest import LEAKS, WATCH
 
 from ._sandboxes import registry as _registry
 from .client import Client, client_for
-from .config import API_KEY_ENV, BASE_URL_ENVS, Config
+from .config import API_KEY_ENVS, BASE_URL_ENVS, Config
 from .errors import ConfigError, CreateosCleanupError, CreateosError
 
 if TYPE_CHECKING:
@@ -88,10 +88,11 @@ def createos_client(
         return
     emulator: Emulator = request.getfixturevalue("createos_emulator")
     with pytest.MonkeyPatch.context() as patch:
+        # Both families of names: the official clients read CREATEOS_SANDBOX_*.
         for name in BASE_URL_ENVS:
-            patch.delenv(name, raising=False)
-        patch.setenv(BASE_URL_ENVS[0], emulator.url)
-        patch.setenv(API_KEY_ENV, emulator.api_key)
+            patch.setenv(name, emulator.url)
+        for name in API_KEY_ENVS:
+            patch.setenv(name, emulator.api_key)
         with emulator.client(requests_per_minute=LOCAL_BUDGET, rate_scope="process") as client:
             yield client
             _check_leaks(pytestconfig)

@@ -217,3 +217,25 @@ def test_a_fixture_used_loads_the_sdk_then(tmp_path: Path) -> None:
     )
     status, out = pytest_run(project)
     assert status == 0 and "2 passed" in out, out
+
+
+def test_local_points_both_families_of_names_at_the_emulator(tmp_path: Path) -> None:
+    project = sample(
+        tmp_path,
+        """
+        import os
+
+        def test_names(createos_client):
+            url, key = createos_client.config.base_url, createos_client.config.api_key
+            assert os.environ["CREATEOS_SANDBOX_BASE_URL"] == os.environ["CREATEOS_API_URL"]
+            assert os.environ["CREATEOS_SANDBOX_BASE_URL"].rstrip("/") == url
+            assert os.environ["CREATEOS_SANDBOX_API_KEY"] == os.environ["CREATEOS_API_KEY"] == key
+        """,
+    )
+    # An official client's production settings must not survive into the session.
+    status, out = pytest_run(
+        project,
+        CREATEOS_SANDBOX_BASE_URL="https://api.sb.createos.sh",
+        CREATEOS_SANDBOX_API_KEY="k-production-0123456789",
+    )
+    assert status == 0 and "1 passed" in out, out
