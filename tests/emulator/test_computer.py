@@ -339,9 +339,9 @@ def test_window_geometry_is_the_client_area_where_screenshots_show_it(box: cs.Le
 @needs_desktop
 def test_an_unknown_key_is_refused_not_ignored(box: cs.Lease) -> None:
     computer = box.computer
-    with pytest.raises(cs.CreateosApiError, match="unknown key .*: keys are X keysym names"):
+    with pytest.raises(cs.CreateosApiError, match=r"unknown key .*: keys are X keysym names"):
         computer.press("nosuchkey")
-    with pytest.raises(cs.CreateosApiError, match="unknown key .*: keys are X keysym names"):
+    with pytest.raises(cs.CreateosApiError, match=r"unknown key .*: keys are X keysym names"):
         computer.key_down("shift", "nosuchkey")
     computer.key_up("shift")
     computer.press("ctrl", "a")  # names it knows are pressed as before
