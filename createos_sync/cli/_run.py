@@ -81,8 +81,7 @@ exit status:
   128+N     the command was killed by signal N (137 for SIGKILL)
   130       interrupted by Ctrl-C (SIGINT)
   143, 129  stopped by SIGTERM, SIGHUP (the sandbox is cleaned up in every case)
-  2         usage or configuration error (unknown option, no API key), or a name the
-            account does not have (shape, rootfs, disk, network)
+  2         usage or configuration error, or a shape, rootfs, disk or network not found
   1         API, transfer or cleanup failure (a failed download turns 0 into 1)
 """
 HELP_HINT = "see `createos-sync run --help`"

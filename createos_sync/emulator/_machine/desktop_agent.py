@@ -108,11 +108,9 @@ class Screen:
         if done.returncode != 0:
             lines = said.strip().splitlines()
             raise Refused(400, f"{argv[0]} failed: {lines[-1][:200] if lines else 'no message'}")
-        unknown = re.search(r"No such key name '([^']{0,64})'", said)
-        if unknown is not None:  # xdotool ignores such a key and succeeds: a typo pressed nothing
-            raise Refused(
-                400, f"unknown key {unknown[1]!r}: keys are X keysym names (Return, ctrl, F5, a)"
-            )
+        unknown = re.search(r"No such key name '([^']{0,64})'", said)  # xdotool skips it
+        if unknown is not None:
+            raise Refused(400, f"unknown key {unknown[1]!r}: keys are X keysym names (Return, a)")
         return done.stdout.decode("utf-8", "replace")
 
     def to_json(self) -> dict[str, Any]:
@@ -385,20 +383,9 @@ class Desktop:
         return listed[window]
 
     def geometry(self, screen: Screen, window: str) -> dict[str, Any]:
-        """The client area's position on the screen (as screenshots see it) and size.
-
-        Not ``xdotool getwindowgeometry``: under a window manager that frames
-        windows, it translates the window's offset in its frame from the
-        window's own coordinates, so its y is the title bar's height too low.
-        ``xwininfo``'s absolute upper-left corner is the client area's.
-        """
+        """The client area as screenshots see it (xdotool's is the title bar's height low)."""
         self.window(screen, window)
-        text = screen.run("xwininfo", "-id", window)
-        values = {}
-        for line in text.splitlines():
-            name, _, value = line.strip().partition(":")
-            if value.strip().lstrip("-").isdigit():
-                values[name] = int(value)
+        values = _numbers(screen.run("xwininfo", "-id", window), ":")
         names = {"x": "Absolute upper-left X", "y": "Absolute upper-left Y"}
         names |= {"width": "Width", "height": "Height"}
         return {"id": window, **{k: values[v] for k, v in names.items()}, "screen": 0}
@@ -473,12 +460,12 @@ def _keysym(key: str) -> str:
     return "+".join(KEY_ALIASES.get(part.lower(), part) for part in key.split("+"))
 
 
-def _numbers(text: str) -> dict[str, int]:
-    """The integer variables of xdotool's ``--shell`` output."""
+def _numbers(text: str, separator: str = "=") -> dict[str, int]:
+    """The integer variables of xdotool's ``--shell`` output (``Name: 3`` of xwininfo's)."""
     values = {}
     for line in text.splitlines():
-        name, _, value = line.partition("=")
-        if value.lstrip("-").isdigit():
+        name, _, value = line.strip().partition(separator)
+        if value.strip().lstrip("-").isdigit():
             values[name] = int(value)
     return values
 
