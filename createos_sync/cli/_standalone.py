@@ -94,12 +94,15 @@ def serving() -> list[Standalone]:
         paths = sorted(records_dir().glob("*.json"))
     except OSError:
         return []
-    found = [record for path in paths if (record := _read(path)) is not None]
-    return sorted(
-        (record for record in found if _alive(record.pid)),
-        key=lambda record: (record.started, record.pid),
-        reverse=True,
-    )
+    alive = []
+    for path in paths:
+        record = _read(path)
+        if record is not None and _alive(record.pid):
+            alive.append(record)
+        elif record is not None:  # a killed emulator's: its pid could be reused one day
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return sorted(alive, key=lambda record: (record.started, record.pid), reverse=True)
 
 
 def find() -> Standalone | None:
