@@ -22,6 +22,8 @@ Made = TypeVar("Made")
 DEFAULT_BASE_URL = "https://api.sb.createos.sh"
 DEFAULT_SHAPE = "s-1vcpu-1gb"
 API_KEY_ENV = "CREATEOS_API_KEY"
+# Ours first, then the names the official clients read: either family configures both.
+API_KEY_ENVS = (API_KEY_ENV, "CREATEOS_SANDBOX_API_KEY")
 BASE_URL_ENVS = ("CREATEOS_API_URL", "CREATEOS_SANDBOX_BASE_URL")
 SHAPE_ENV = "CREATEOS_SHAPE"
 RATE_SCOPES = ("machine", "process")
@@ -92,18 +94,17 @@ class Config:
     ) -> Config:
         """Build a config from arguments and the environment; raise ConfigError if invalid.
 
-        ``api_key`` falls back to ``CREATEOS_API_KEY``; ``base_url`` to
-        ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
+        ``api_key`` falls back to ``CREATEOS_API_KEY``, then
+        ``CREATEOS_SANDBOX_API_KEY`` (the official clients' name); ``base_url``
+        to ``CREATEOS_API_URL``, then ``CREATEOS_SANDBOX_BASE_URL``, then the
         public service. ``timeout`` (seconds), ``max_retries``,
         ``requests_per_minute``, ``rate_scope``, ``ca_bundle`` (else
         ``CREATEOS_CA_BUNDLE``) and ``cleanup_timeout`` are those of ``Client``.
         ``environ`` replaces ``os.environ`` as the environment read (for tests).
         """
         env = os.environ if environ is None else environ
-        key = api_key if api_key is not None else env.get(API_KEY_ENV)
-        url = base_url
-        if url is None:
-            url = next((env[name] for name in BASE_URL_ENVS if env.get(name)), DEFAULT_BASE_URL)
+        key = api_key if api_key is not None else env_api_key(env)
+        url = base_url if base_url is not None else env_base_url(env)
         return cls(
             api_key=validate_api_key(key),
             base_url=normalize_base_url(url),
@@ -116,6 +117,19 @@ class Config:
                 ca_bundle if ca_bundle is not None else env.get(CA_BUNDLE_ENV) or None
             ),
         )
+
+
+def env_api_key(environ: Mapping[str, str] | None = None) -> str | None:
+    """The API key the environment gives (``CREATEOS_API_KEY``, then
+    ``CREATEOS_SANDBOX_API_KEY``); None if neither is set to something."""
+    env = os.environ if environ is None else environ
+    return next((env[name] for name in API_KEY_ENVS if env.get(name, "").strip()), None)
+
+
+def env_base_url(environ: Mapping[str, str] | None = None) -> str:
+    """The service URL the environment gives, else the public service's."""
+    env = os.environ if environ is None else environ
+    return next((env[name] for name in BASE_URL_ENVS if env.get(name)), DEFAULT_BASE_URL)
 
 
 def default_shape(environ: Mapping[str, str] | None = None) -> str:

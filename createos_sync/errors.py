@@ -240,7 +240,7 @@ class OutputLostError(ProtocolError):
     """
 
     def __init__(
-        self, message: str, *, lost_through: int | None = None, result: RunResult | None = None
+        self, message: str, *, lost_through: int | None = None, result: RunResult[Any] | None = None
     ) -> None:
         self.lost_through = lost_through
         self.result = result
@@ -280,10 +280,12 @@ _TAIL_LINES = 5
 _TAIL_LINE_CHARS = 200
 
 
-def _stream_tail(name: str, text: str) -> str:
-    """The last few non-blank lines of ``text`` under a label naming ``name``, indented,
+def _stream_tail(name: str, output: str | bytes) -> str:
+    """The last few non-blank lines of ``output`` under a label naming ``name``, indented,
     shortened and stripped of control characters (a terminal must not interpret them),
-    or "" when there are none."""
+    or "" when there are none. Bytes (``text=False``) are shown decoded, invalid ones as
+    U+FFFD."""
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else output
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     shown = []
     for line in lines[-_TAIL_LINES:]:
@@ -298,7 +300,7 @@ def _stream_tail(name: str, text: str) -> str:
     return "\n".join([head, *shown])
 
 
-def _output_tail(result: RunResult) -> str:
+def _output_tail(result: RunResult[Any]) -> str:
     """The tails of stdout and stderr, each labelled, for whichever has output: many
     tools (pytest, make) report their failures on stdout."""
     tails = [_stream_tail("stdout", result.stdout), _stream_tail("stderr", result.stderr)]
@@ -314,14 +316,14 @@ class CommandFailed(CreateosError):
     ``?``), as ``subprocess`` users end up printing by hand; ``.result`` keeps all.
     """
 
-    def __init__(self, result: RunResult, message: str | None = None) -> None:
+    def __init__(self, result: RunResult[Any], message: str | None = None) -> None:
         self.result = result
         if message is None:
             if result.signal is not None:
                 ended = f"was killed by {result.signal}"
             else:
                 ended = f"exited with status {result.exit_code}"
-            message = f"command {result.describe_args()} {ended} (process {result.process_id})"
+            message = f"command {result.describe_args()} {ended} ({result.where()})"
             tail = _output_tail(result)
             if tail:
                 message += "\n" + tail
@@ -331,12 +333,11 @@ class CommandFailed(CreateosError):
 class CommandTimeout(CommandFailed, TimeoutError):
     """A command outlived its timeout; its process tree was terminated."""
 
-    def __init__(self, result: RunResult, timeout: float | None = None) -> None:
+    def __init__(self, result: RunResult[Any], timeout: float | None = None) -> None:
         self.timeout = timeout
         limit = f" of {timeout:g} s" if timeout is not None else ""
         message = (
-            f"command {result.describe_args()} timed out after its limit{limit}"
-            f" (process {result.process_id})"
+            f"command {result.describe_args()} timed out after its limit{limit} ({result.where()})"
         )
         tail = _output_tail(result)
         super().__init__(result, f"{message}\n{tail}" if tail else message)
@@ -375,6 +376,20 @@ def may_have_taken_effect(exc: BaseException) -> bool:
 
 
 _NOTE_PREFIX = "CreateosCleanupError: "
+
+
+def missing_extra(extra: str, module: str, exc: ModuleNotFoundError) -> ModuleNotFoundError:
+    """The one-line error for an optional extra that is not installed, as sentry-sdk's
+    integrations say it: what needs what, and the pip line that installs it.
+
+    ``name`` stays the missing module's, so that ``except ModuleNotFoundError``
+    and checks of ``exc.name`` behave as for the original error.
+    """
+    missing = (exc.name or "a dependency").split(".")[0]
+    return ModuleNotFoundError(
+        f"{module} needs {missing}, which is not installed: pip install 'createos-sync[{extra}]'",
+        name=exc.name,
+    )
 
 
 def add_note(exc: BaseException, note: str) -> None:

@@ -13,12 +13,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, AnyStr, Generic
 
 from ._commands.command import Command, Gate, unwrap
 from ._commands.execution import Execution, gone_with_its_sandbox, launch, release
 from ._commands.execution import StdinData as StdinData
-from ._commands.follow import Deliver
-from ._commands.output import Capture, LiveOutput, fan_out
+from ._commands.output import LiveOutput, OnOutput, Output
 from ._commands.terminal import DEFAULT_SIZE as DEFAULT_SIZE
 from ._commands.terminal import DEFAULT_TERM as DEFAULT_TERM
 from ._commands.terminal import EOF_KEY as EOF_KEY
@@ -42,8 +42,11 @@ from .result import RunResult, describe_args
 log = logging.getLogger("createos_sync.process")
 
 
-class Process:
+class Process(Generic[AnyStr]):
     """A process running in the background of a lease; read it like ``subprocess.Popen``.
+
+    ``Process[str]`` by default; ``Process[bytes]`` when started with
+    ``text=False``: its output and result are then the exact bytes.
 
     Its output is followed from a thread as soon as it starts, so nothing is
     evicted from the journal while nobody reads: ``output()`` iterates over
@@ -60,8 +63,9 @@ class Process:
         args: str | tuple[str, ...],
         *,
         max_output: int,
-        on_output: Deliver | None = None,
-        echo: Deliver | None = None,
+        text: bool = True,
+        on_output: OnOutput | None = None,
+        echo: OnOutput | None = None,
         stdin_open: bool = False,
         after: int = 0,
         terminal: bool = False,
@@ -71,15 +75,9 @@ class Process:
         self.terminal = terminal
         self._box = box
         self._stdin_open = stdin_open
-        self._capture = Capture(max_output)
         self._live = LiveOutput(max_output)
-        self._execution = Execution(
-            box,
-            process_id,
-            fan_out(self._live.put, on_output, echo),
-            keep=self._capture.write,
-            after=after,
-        )
+        self._output = Output(max_output, text=text, sinks=(self._live.put, on_output, echo))
+        self._execution = Execution(box, process_id, self._output.write, after=after)
         self._started = time.monotonic()
         self._attached = threading.Event()
         self._done = threading.Event()
@@ -113,7 +111,7 @@ class Process:
             if not (self._box.closing.is_set() or gone_with_its_sandbox(exc)):
                 self._execution.terminate()
         finally:
-            self._execution.follower.flush()
+            self._output.end()
             self._duration = time.monotonic() - self._started
             self._done.set()
             self._live.end()
@@ -148,7 +146,7 @@ class Process:
             return None
         return _returncode(self.wait(0))
 
-    def wait(self, timeout: float | None = None) -> RunResult:
+    def wait(self, timeout: float | None = None) -> RunResult[AnyStr]:
         """Wait for the exit and return the result.
 
         A process that closing the lease terminated ends with ``timed_out=True``
@@ -165,24 +163,26 @@ class Process:
             raise self._error
         terminated = self._exit is None or self._execution.cut_by_close(self._exit)
         signal = None if self._exit is None else self._exit.signal
-        result = RunResult(
+        result: RunResult[AnyStr] = RunResult(
             args=self.args,
             exit_code=None if terminated or signal or self._exit is None else self._exit.exit_code,
-            stdout=self._capture.stdout.getvalue(),
-            stderr=self._capture.stderr.getvalue(),
+            stdout=self._output.stdout,
+            stderr=self._output.stderr,
             process_id=self.id,
             signal=signal,
             timed_out=terminated,
-            truncated=self._capture.truncated,
+            truncated=self._output.truncated,
             duration=self._duration,
+            sandbox_id=self._box.sandbox_id,
         )
         self._execution.follower.raise_if_lost(result)
         return result
 
-    def output(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(stream, text)`` as it arrives, until the process ends.
+    def output(self) -> Iterator[tuple[str, AnyStr]]:
+        """Yield ``(stream, text)`` as it arrives, until the process ends
+        (``(stream, bytes)``, the exact bytes, when started with ``text=False``).
 
-        Output not yet consumed is buffered up to ``max_output`` characters;
+        Output not yet consumed is buffered up to ``max_output`` characters (or bytes);
         beyond that the oldest is dropped (the capture in ``wait()``'s result
         is unaffected). Meant for one consumer at a time.
         """
@@ -272,7 +272,7 @@ class Process:
         return f"<Process {self.id} {state} args={describe_args(self.args)}>"
 
 
-def _returncode(result: RunResult) -> int:
+def _returncode(result: RunResult[Any]) -> int:
     """``Popen``'s convention: the exit code, or minus the number of the ending signal."""
     if result.exit_code is not None:
         return result.exit_code
@@ -288,10 +288,11 @@ def start(
     *,
     stdin: StdinData | None,
     max_output: int,
-    on_output: Deliver | None,
-    echo: Deliver | None,
+    text: bool,
+    on_output: OnOutput | None,
+    echo: OnOutput | None,
     pty: Size | None = None,
-) -> Process:
+) -> Process[Any]:
     """Launch ``command`` in the background and attach its output before it starts."""
     if pty is not None:
         gate = Gate.TERMINAL
@@ -299,11 +300,12 @@ def start(
         gate = Gate.STDIN_EOF if stdin is not None else Gate.STDIN_LINE
     deadline = box.deadline()
     process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
-    handle = Process(
+    handle: Process[Any] = Process(
         box,
         process_id,
         command.args,
         max_output=max_output,
+        text=text,
         on_output=on_output,
         echo=echo,
         stdin_open=stdin is None,
@@ -314,8 +316,14 @@ def start(
 
 
 def reattach(
-    box: Box, process_id: str, *, max_output: int, on_output: Deliver | None, echo: Deliver | None
-) -> Process:
+    box: Box,
+    process_id: str,
+    *,
+    max_output: int,
+    text: bool,
+    on_output: OnOutput | None,
+    echo: OnOutput | None,
+) -> Process[Any]:
     """A handle on a process this client did not start here; its output replays from the journal."""
     record = _api.get_process(box.transport, box.sandbox_id, process_id, box.deadline())
     if record is None:
@@ -326,11 +334,12 @@ def reattach(
     args = unwrap(raw_args) or tuple(raw_args) or str(record.get("cmd") or process_id)
     if not info.tree_exited:
         box.table.started(process_id)
-    handle = Process(
+    handle: Process[Any] = Process(
         box,
         process_id,
         args,
         max_output=max_output,
+        text=text,
         on_output=on_output,
         echo=echo,
         stdin_open=True,  # unknown from here: let the service refuse input if it is closed

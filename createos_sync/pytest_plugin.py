@@ -1,8 +1,10 @@
 """pytest fixtures for code that uses CreateOS sandboxes, and a check that none leaks.
 
-Installed with the package (entry point ``pytest11``), and inert until a
-test asks for one of its fixtures: it adds two command-line options and a
-marker, and nothing runs, starts or is sent otherwise.
+The machinery of the plugin that ``createos_sync_pytest`` (the ``pytest11``
+entry point, which imports only pytest) declares: its options, marker,
+hooks and fixture declarations are there, and this module is imported only
+once a collected test uses one of the fixtures. Nothing runs, starts or is
+sent otherwise.
 
 - ``createos_emulator`` (session): a running local ``Emulator``.
 - ``createos_client`` (session): with ``--createos=local`` (the default) a
@@ -36,13 +38,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import pytest
 
+from createos_sync_pytest import LEAKS, WATCH
+
 from .client import Client, client_for
-from .config import API_KEY_ENV, BASE_URL_ENVS, Config
+from .config import API_KEY_ENVS, BASE_URL_ENVS, Config
 from .errors import ConfigError, CreateosCleanupError, CreateosError
 from .lease import _registry
 
@@ -51,80 +55,9 @@ if TYPE_CHECKING:
     from .lease import Lease
     from .lease._core import LeaseCore
 
-FIXTURES = frozenset({"createos_emulator", "createos_client", "createos_lease"})
 LOCAL_BUDGET = 1_000_000  # the plugin's emulator has no rate limit: nothing to pace
-_WATCH = pytest.StashKey["LeakWatch"]()
-_LEAKS = pytest.StashKey[list[str]]()
-_WORKER_OUTPUT = "createos_leaks"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("createos", "CreateOS sandboxes (createos-sync)")
-    group.addoption(
-        "--createos",
-        choices=("local", "live"),
-        default="local",
-        help="where createos_client's sandboxes run: a local emulator (default) or the "
-        "real service (live: CREATEOS_API_KEY and friends from the environment)",
-    )
-    group.addoption(
-        "--createos-leak-check",
-        choices=("on", "off"),
-        default="on",
-        help="report leases left open and sandboxes left alive at the end of the session",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "createos_lease(**options): lease options of the createos_lease fixture"
-    )
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.getoption("createos_leak_check") == "off":
-        return
-    if any(FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
-        session.config.stash[_WATCH] = LeakWatch()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    watch = config.stash.get(_WATCH, None)
-    if watch is not None:
-        watch.stop()
-
-
-@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent where xdist is
-def pytest_testnodedown(node: object, error: object) -> None:
-    """pytest-xdist's controller: a worker finished; keep the leaks it found."""
-    found = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
-    config = getattr(node, "config", None)
-    if found and isinstance(config, pytest.Config):
-        config.stash.setdefault(_LEAKS, []).extend(found)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    leaks = session.config.stash.get(_LEAKS, [])
-    output = getattr(session.config, "workeroutput", None)
-    if output is not None:  # an xdist worker: the controller reports
-        output[_WORKER_OUTPUT] = leaks
-    elif leaks and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    leaks = config.stash.get(_LEAKS, [])
-    if leaks and getattr(config, "workeroutput", None) is None:
-        terminalreporter.section("createos leak check", red=True)
-        terminalreporter.write_line(
-            "leases or sandboxes outlived the session (now closed and destroyed; "
-            "--createos-leak-check=off to disable):"
-        )
-        for line in leaks:
-            terminalreporter.write_line("  " + line, red=True)
-
-
-@pytest.fixture(scope="session")
 def createos_emulator(pytestconfig: pytest.Config) -> Iterator[Emulator]:
     """A local CreateOS emulator for the session (its own in each xdist worker)."""
     try:
@@ -140,7 +73,6 @@ def createos_emulator(pytestconfig: pytest.Config) -> Iterator[Emulator]:
         _check_leaks(pytestconfig)
 
 
-@pytest.fixture(scope="session")
 def createos_client(
     pytestconfig: pytest.Config, request: pytest.FixtureRequest
 ) -> Iterator[Client]:
@@ -156,16 +88,16 @@ def createos_client(
         return
     emulator: Emulator = request.getfixturevalue("createos_emulator")
     with pytest.MonkeyPatch.context() as patch:
+        # Both families of names: the official clients read CREATEOS_SANDBOX_*.
         for name in BASE_URL_ENVS:
-            patch.delenv(name, raising=False)
-        patch.setenv(BASE_URL_ENVS[0], emulator.url)
-        patch.setenv(API_KEY_ENV, emulator.api_key)
+            patch.setenv(name, emulator.url)
+        for name in API_KEY_ENVS:
+            patch.setenv(name, emulator.api_key)
         with emulator.client(requests_per_minute=LOCAL_BUDGET, rate_scope="process") as client:
             yield client
             _check_leaks(pytestconfig)
 
 
-@pytest.fixture
 def createos_lease(createos_client: Client, request: pytest.FixtureRequest) -> Iterator[Lease]:
     """An open lease on ``createos_client``, closed after the test."""
     marker = request.node.get_closest_marker("createos_lease")
@@ -262,6 +194,6 @@ class LeakWatch:
 
 def _check_leaks(config: pytest.Config) -> None:
     """Run the leak check once, at the first createos session fixture's teardown."""
-    watch = config.stash.get(_WATCH, None)
+    watch = config.stash.get(WATCH, None)
     if watch is not None and not watch.checked:
-        config.stash.setdefault(_LEAKS, []).extend(watch.check())
+        config.stash.setdefault(LEAKS, []).extend(watch.check())

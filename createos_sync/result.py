@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import shlex
+from typing import AnyStr, Generic
 
 import attrs
 
@@ -20,24 +21,34 @@ def describe_args(args: str | tuple[str, ...]) -> str:
 
 
 @attrs.frozen(repr=False)
-class RunResult:
+class RunResult(Generic[AnyStr]):
     """The outcome of one command.
 
     ``exit_code`` (and its alias ``returncode``) is None when the process was
-    ended by a signal or by its timeout. ``stdout`` / ``stderr`` hold at most
-    the last ``max_output`` characters each; ``truncated`` says if any were cut.
+    ended by a signal or by its timeout (``timed_out=True``: the default
+    timeout is 300 s, and reaching it does not raise unless ``check=True``).
+    ``stdout`` / ``stderr`` are ``str`` (``RunResult[str]``), or the exact
+    ``bytes`` (``RunResult[bytes]``) when the command ran with ``text=False``;
+    they hold at most the last ``max_output`` characters (or bytes) each;
+    ``truncated`` says if any were cut.
     """
 
     args: str | tuple[str, ...]
     exit_code: int | None
-    stdout: str
-    stderr: str
+    stdout: AnyStr
+    stderr: AnyStr
     process_id: str
     signal: str | None = None
     timed_out: bool = False
     truncated: bool = False
     duration: float = 0.0
     timeout: float | None = attrs.field(default=None, eq=False)
+    sandbox_id: str | None = attrs.field(default=None, eq=False)
+
+    def where(self) -> str:
+        """``process P in sandbox S``, for messages (the sandbox when known)."""
+        inside = f" in sandbox {self.sandbox_id}" if self.sandbox_id else ""
+        return f"process {self.process_id}{inside}"
 
     @property
     def returncode(self) -> int | None:
@@ -49,7 +60,7 @@ class RunResult:
         """True when the command exited 0 within its timeout."""
         return self.exit_code == 0 and not self.timed_out
 
-    def check(self) -> RunResult:
+    def check(self) -> RunResult[AnyStr]:
         """Return self if ``ok``; else raise CommandTimeout or CommandFailed carrying self."""
         if self.timed_out:
             raise CommandTimeout(self, self.timeout)
@@ -65,16 +76,21 @@ class RunResult:
 
     def _outcome(self) -> str:
         if self.timed_out:
-            return "timed_out=True"
+            if self.timeout is None:
+                return "timed_out=True"
+            return f"timed_out=True (timeout={self.timeout:g}s)"
         if self.signal is not None:
             return f"signal={self.signal!r}"
         return f"exit_code={self.exit_code}"
+
+    def _size(self, data: AnyStr) -> str:
+        return f"<{len(data)} {'bytes' if isinstance(data, bytes) else 'chars'}>"
 
     def __repr__(self) -> str:
         cut = ", truncated=True" if self.truncated else ""
         return (
             f"RunResult(args={self.describe_args()}, {self._outcome()}, "
-            f"stdout=<{len(self.stdout)} chars>, stderr=<{len(self.stderr)} chars>{cut}, "
+            f"stdout={self._size(self.stdout)}, stderr={self._size(self.stderr)}{cut}, "
             f"duration={self.duration:.2f}s, process_id={self.process_id!r})"
         )
 
@@ -85,11 +101,13 @@ class RunResult:
             f"<code>{html.escape(self.describe_args())}</code> "
             f"<small>{self.duration:.2f}s, {html.escape(self.process_id)}</small></div>"
         ]
-        for name, text in (("stdout", self.stdout), ("stderr", self.stderr)):
-            if text:
-                tail = text[-2000:]
+        for name, data in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if data:
+                tail = data[-2000:]
+                shown = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
+                size = self._size(data)[1:-1]
                 parts.append(
-                    f"<details><summary>{name} ({len(text)} chars)</summary>"
-                    f"<pre>{html.escape(tail)}</pre></details>"
+                    f"<details><summary>{name} ({size})</summary>"
+                    f"<pre>{html.escape(shown)}</pre></details>"
                 )
         return "".join(parts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from .. import _files as files
 from .._sandboxes import sandbox as _sandbox
@@ -34,8 +34,8 @@ from ..errors import (
 )
 from ..result import RunResult, describe_args
 from .command import RELEASE_KEY, RELEASE_LINE, SHELL, Command, CommandTooLong, Gate
-from .follow import REFUSED_FOR_A_DEAD_SANDBOX, Deliver, Follower, Keep
-from .output import Capture
+from .follow import REFUSED_FOR_A_DEAD_SANDBOX, Follower, Keep
+from .output import Output
 from .recovery import ServiceRecovery
 from .terminal import EOF_KEY, Size
 
@@ -106,7 +106,7 @@ def launch(
     if pty is not None and record.get("kind", "pty") != "pty":
         # On pipes, the key that releases a terminal's gate would never
         # release it: the process would wait forever. It must not stay.
-        Execution(box, process_id, lambda stream, text: None).terminate()
+        Execution(box, process_id, None).terminate()
         raise ProtocolError(f"the service started process {process_id} without a terminal")
     return process_id
 
@@ -144,20 +144,12 @@ def _poison(box: Box, exc: BaseException) -> NoReturn:
 class Execution:
     """One managed process followed from this client: its output and its end."""
 
-    def __init__(
-        self,
-        box: Box,
-        process_id: str,
-        deliver: Deliver | None,
-        *,
-        keep: Keep | None = None,
-        after: int = 0,
-    ) -> None:
+    def __init__(self, box: Box, process_id: str, keep: Keep | None, *, after: int = 0) -> None:
         self.box = box
         self.id = process_id
         self.recovery = ServiceRecovery(box, process_id)
         self.follower = Follower(
-            self._connect, deliver, keep=keep, after=after, sleep=box.sleep, recovery=self.recovery
+            self._connect, keep, after=after, sleep=box.sleep, recovery=self.recovery
         )
 
     def _connect(self, after: int, deadline: Deadline) -> Stream:
@@ -227,11 +219,10 @@ def run(
     *,
     stdin: StdinData | None,
     timeout: float,
-    capture: Capture,
-    deliver: Deliver | None,
+    output: Output,
     escalate: Callable[[], None],
     pty: Size | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     """Run ``command`` to its end, or to its timeout, and return what it left behind.
 
     Whatever interrupts the run (an error, Ctrl-C) first terminates the
@@ -248,7 +239,7 @@ def run(
     deadline = Deadline.after(timeout)
     gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
     process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
-    execution = Execution(box, process_id, deliver, keep=capture.write)
+    execution = Execution(box, process_id, output.write)
     try:
         exit_frame = execution.follow(
             deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
@@ -265,7 +256,7 @@ def run(
         if exit_frame is None:
             log.info("process %s timed out after %g s: terminating it", process_id, timeout)
             stop(execution, escalate)
-    execution.follower.flush()
+    output.end()
     if cut and not box.table.expired:
         raise LeaseClosed(
             f"the lease was closed while command {describe_args(command.args)} ran: closing it "
@@ -274,18 +265,18 @@ def run(
     timed_out = exit_frame is None or cut
     signal = None if exit_frame is None else exit_frame.signal
     exit_code = None if timed_out or exit_frame is None or signal else exit_frame.exit_code
-    result = RunResult(
+    result: RunResult[Any] = RunResult(
         args=command.args,
         exit_code=exit_code,
-        stdout=capture.stdout.getvalue(),
-        stderr=capture.stderr.getvalue(),
+        stdout=output.stdout,
+        stderr=output.stderr,
         process_id=process_id,
         signal=signal,
         timed_out=timed_out,
-        truncated=capture.truncated,
+        truncated=output.truncated,
         duration=time.monotonic() - started,
         timeout=timeout,
+        sandbox_id=box.sandbox_id,
     )
     execution.follower.raise_if_lost(result)
     return result
-

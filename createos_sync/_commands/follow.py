@@ -1,4 +1,4 @@
-"""Following one process's output: sequence, replay, gaps, reconnection, UTF-8 decoding.
+"""Following one process's output: sequence, replay, gaps, reconnection.
 
 The one stream model of the package, serving ``Lease.run`` and background
 processes alike. A connection may drop at any time without ending the
@@ -23,7 +23,6 @@ Two things may look like a dropped stream and are not (``Recovery``):
 
 from __future__ import annotations
 
-import codecs
 import logging
 import time
 from collections.abc import Callable
@@ -40,12 +39,13 @@ from .._wire.server_text import ERROR_CODE, token
 from ..errors import CreateosApiError, Operation, OperationTimeout, OutputLostError, ProtocolError
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..result import RunResult
 
 log = logging.getLogger("createos_sync.follow")
 
-Deliver = Callable[[str, str], None]
-Keep = Callable[[str, bytes], None]
+Keep = Callable[[str, bytes], None]  # each frame's raw bytes, in order (``Output.write``)
 OpenStream = Callable[[int, Deadline], Stream]
 
 EVICTED = "output_offset_expired"
@@ -85,33 +85,26 @@ class _ReleaseFailed(Exception):
 class Follower:
     """Reads a process's output journal from ``after + 1`` to its exit frame.
 
-    ``deliver(stream, text)`` receives decoded text in order; a multi-byte
-    character split across frames is decoded once both halves arrived.
-    ``keep(stream, data)`` receives each frame's raw bytes (the capture,
-    which decodes once at the end); without ``deliver`` nothing is decoded.
+    ``keep(stream, data)`` receives each frame's raw bytes, in order, once
+    (``Output.write``, which decodes at its edges when asked to).
     """
 
     def __init__(
         self,
         open_stream: OpenStream,
-        deliver: Deliver | None,
+        keep: Keep | None,
         *,
-        keep: Keep | None = None,
         after: int = 0,
         sleep: _retry.Sleep = time.sleep,
         recovery: Recovery | None = None,
     ) -> None:
         self._open_stream = open_stream
-        self._deliver = deliver
         self._keep = keep
         self._sleep = sleep
         self._recovery = recovery
         self.last_seq = after
         self.exit: Exit | None = None
         self.lost: OutputLostError | None = None
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
-        }
 
     def follow(
         self, deadline: Deadline, on_attached: Callable[[], None] | None = None
@@ -145,19 +138,9 @@ class Follower:
             self.exit = self._recover(deadline)
             if self.exit is None:
                 return None
-        self.flush()
         return self.exit
 
-    def flush(self) -> None:
-        """Deliver what the decoders still hold (an incomplete character becomes U+FFFD)."""
-        if self._deliver is None:
-            return
-        for name, decoder in self._decoders.items():
-            text = decoder.decode(b"", final=True)
-            if text:
-                self._deliver(name, text)
-
-    def raise_if_lost(self, result: RunResult) -> None:
+    def raise_if_lost(self, result: RunResult[Any]) -> None:
         """Raise the recorded loss (if any), carrying the result the command left."""
         if self.lost is not None:
             self.lost.result = result
@@ -199,10 +182,6 @@ class Follower:
         self.last_seq = frame.seq
         if self._keep is not None:
             self._keep(frame.stream, frame.data)
-        if self._deliver is not None:
-            text = self._decoders[frame.stream].decode(frame.data)
-            if text:
-                self._deliver(frame.stream, text)
 
     def _connect(self, deadline: Deadline) -> Stream:
         try:

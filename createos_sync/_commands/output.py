@@ -1,14 +1,24 @@
-"""Where output goes: the bounded capture (raw bytes, decoded once), the user's callback, echo,
-and the bounded queue a background process's ``output()`` reads."""
+"""Where output goes: ``Output``, fed each frame's raw bytes by whichever path reads them.
+
+It keeps the bounded capture (raw bytes, decoded once when read, or kept as
+bytes with ``text=False``), and hands live output to the user's callback,
+echo, and the bounded queue a background process's ``output()`` reads:
+decoded incrementally per stream in text mode, so that a character split
+across frames arrives whole, or as the exact bytes.
+"""
 
 from __future__ import annotations
 
+import codecs
 import collections
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
-OnOutput = Callable[[str, str], None]
+# A live sink: ``(stream, data)``, data ``str`` in text mode and ``bytes`` without.
+OnOutput = Callable[[str, Any], None]
+STREAMS = ("stdout", "stderr")
 _CONTINUATION = bytes(range(0x80, 0xC0))
 # 1 for a byte that starts a character (or is invalid on its own), 0 for a continuation byte.
 _STARTS = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
@@ -153,16 +163,56 @@ def _start_of_character(data: bytes, skip: int) -> int:
     return low
 
 
-class Capture:
-    """The captured stdout and stderr of one process, each bounded by ``max_output``.
+class ByteTail:
+    """Keeps the last ``limit`` bytes of a stream, exactly as they came (``text=False``).
 
-    It takes the raw bytes of each frame (``write``); the follower decodes
-    only for live sinks, so a run that only captures never decodes on the way.
+    One ``bytearray`` grows to at most twice ``limit`` (plus one batch) before
+    its front is cut, so a write costs amortised O(its length) and memory stays
+    bounded, whatever the size of the frames.
     """
 
-    def __init__(self, max_output: int) -> None:
-        self.stdout = TailBuffer(max_output)
-        self.stderr = TailBuffer(max_output)
+    BATCH = 8192
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._bytes = bytearray()
+        self._cut = False
+
+    def write(self, data: bytes) -> None:
+        self._bytes += data
+        if len(self._bytes) > 2 * self.limit + self.BATCH:
+            self._trim()
+
+    def _trim(self) -> None:
+        excess = len(self._bytes) - self.limit
+        if excess > 0:
+            del self._bytes[:excess]
+            self._cut = True
+
+    @property
+    def held(self) -> int:
+        """Bytes held right now (at most twice ``limit`` plus one batch)."""
+        return len(self._bytes)
+
+    @property
+    def truncated(self) -> bool:
+        """True if output was cut: more than ``limit`` bytes were written."""
+        self._trim()
+        return self._cut
+
+    def getvalue(self) -> bytes:
+        self._trim()
+        return bytes(self._bytes)
+
+
+class Capture:
+    """The captured stdout and stderr of one process, each bounded by ``max_output``
+    (characters with ``text``, bytes without). It takes the raw bytes of each frame."""
+
+    def __init__(self, max_output: int, *, text: bool = True) -> None:
+        tail = TailBuffer if text else ByteTail
+        self.stdout: TailBuffer | ByteTail = tail(max_output)
+        self.stderr: TailBuffer | ByteTail = tail(max_output)
 
     def write(self, stream: str, data: bytes) -> None:
         (self.stderr if stream == "stderr" else self.stdout).write(data)
@@ -172,10 +222,83 @@ class Capture:
         return self.stdout.truncated or self.stderr.truncated
 
 
-def echo(stream: str, text: str) -> None:
-    """Write live output to this process's own stdout / stderr (works in Jupyter)."""
+class Output:
+    """One process's output, fed raw bytes: the capture, and the live sinks.
+
+    Every command path feeds it alike: ``write(stream, data)`` with each
+    frame's bytes, in order, as they are read (``stream`` is ``"stdout"`` or
+    ``"stderr"``), then ``end()`` once no more will come. It decodes only at
+    its edges: the capture when read (``stdout`` / ``stderr``), the live
+    sinks as frames arrive, each stream through its own incremental decoder
+    (an invalid byte becomes U+FFFD; an incomplete character at ``end()``
+    too). With ``text=False`` nothing is decoded: the sinks get the frames'
+    bytes and the capture keeps the last ``max_output`` bytes.
+    """
+
+    def __init__(
+        self, max_output: int, *, text: bool = True, sinks: tuple[OnOutput | None, ...] = ()
+    ) -> None:
+        self.text = text
+        self.capture = Capture(max_output, text=text)
+        self._deliver = fan_out(*sinks)
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS
+        }
+
+    def write(self, stream: str, data: bytes) -> None:
+        """Take one frame's bytes (called from one thread at a time, in stream order)."""
+        self.capture.write(stream, data)
+        if self._deliver is None or not data:
+            return  # a run that only captures never decodes on the way
+        if not self.text:
+            self._deliver(stream, bytes(data))
+            return
+        text = self._decoders["stderr" if stream == "stderr" else "stdout"].decode(data)
+        if text:
+            self._deliver(stream, text)
+
+    def end(self) -> None:
+        """Deliver what the decoders still hold (an incomplete character becomes U+FFFD)."""
+        if self._deliver is None or not self.text:
+            return
+        for name, decoder in self._decoders.items():
+            text = decoder.decode(b"", final=True)
+            if text:
+                self._deliver(name, text)
+
+    @property
+    def stdout(self) -> Any:
+        """The captured stdout: ``str`` in text mode, ``bytes`` without."""
+        return self.capture.stdout.getvalue()
+
+    @property
+    def stderr(self) -> Any:
+        """The captured stderr: ``str`` in text mode, ``bytes`` without."""
+        return self.capture.stderr.getvalue()
+
+    @property
+    def truncated(self) -> bool:
+        return self.capture.truncated
+
+
+def echo(stream: str, data: str | bytes) -> None:
+    """Write live output to this process's own stdout / stderr (works in Jupyter).
+
+    Bytes go to the binary buffer beneath when there is one (a real file),
+    else they are shown decoded (a notebook's stream takes only text).
+    """
     target = sys.stderr if stream == "stderr" else sys.stdout
-    target.write(text)
+    if isinstance(data, str):
+        target.write(data)
+    else:
+        buffer = getattr(target, "buffer", None)
+        if buffer is None:
+            target.write(data.decode("utf-8", "replace"))
+        else:
+            target.flush()
+            buffer.write(data)
+            buffer.flush()
+            return
     target.flush()
 
 
@@ -187,9 +310,9 @@ def fan_out(*sinks: OnOutput | None) -> OnOutput | None:
     if len(active) == 1:
         return active[0]
 
-    def deliver(stream: str, text: str) -> None:
+    def deliver(stream: str, data: Any) -> None:
         for sink in active:
-            sink(stream, text)
+            sink(stream, data)
 
     return deliver
 
@@ -199,15 +322,15 @@ class LiveOutput:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._items: collections.deque[tuple[str, str]] = collections.deque()
+        self._items: collections.deque[tuple[str, Any]] = collections.deque()
         self._size = 0
         self._ended = False
         self._ready = threading.Condition()
 
-    def put(self, stream: str, text: str) -> None:
+    def put(self, stream: str, data: Any) -> None:
         with self._ready:
-            self._items.append((stream, text))
-            self._size += len(text)
+            self._items.append((stream, data))
+            self._size += len(data)
             while self._size > self._limit and len(self._items) > 1:
                 self._size -= len(self._items.popleft()[1])
             self._ready.notify_all()
@@ -217,7 +340,7 @@ class LiveOutput:
             self._ended = True
             self._ready.notify_all()
 
-    def drain(self) -> Iterator[tuple[str, str]]:
+    def drain(self) -> Iterator[tuple[str, Any]]:
         while True:
             with self._ready:
                 self._ready.wait_for(lambda: self._items or self._ended)

@@ -54,7 +54,7 @@ log = logging.getLogger("createos_sync.files")
 
 FileData = bytes | bytearray | memoryview | str | BinaryIO
 Progress = Callable[[int, "int | None"], object]
-Run = Callable[[list[str]], RunResult]
+Run = Callable[[list[str]], RunResult[str]]
 
 PROGRESS_INTERVAL = 0.1  # seconds: at most ten progress calls a second
 UPLOAD_CHUNK = 256 * 1024
@@ -235,10 +235,26 @@ def _seekable(stream: IO[Any]) -> bool:
 def write(
     box: Box, path: str, data: FileData, deadline: Deadline, meter: Meter | None = None
 ) -> None:
-    """Write ``data`` to the remote ``path``: 1 PUT."""
+    """Write ``data`` to the remote ``path``: 1 PUT.
+
+    The service's explanation of a refusal is withheld (it might echo the
+    file's bytes), so a refusal (403) says in the SDK's words what it means.
+    """
     meter = meter or Meter(None)
     body, repeat = request_body(data, meter)
-    _api.write_file(box.transport, box.sandbox_id, path, body, deadline, repeat=repeat)
+    try:
+        _api.write_file(box.transport, box.sandbox_id, path, body, deadline, repeat=repeat)
+    except CreateosApiError as exc:
+        if exc.status != 403:
+            raise
+        raise CreateosApiError(
+            exc.operation,
+            403,
+            request_id=exc.request_id,
+            detail=f"sandbox {box.sandbox_id} refused to write {path}: the path is read-only "
+            "or not one the files API serves (/proc, /sys, a mount); write it from a command "
+            "instead, e.g. box.run(['sh', '-c', 'cat > PATH'], stdin=data)",
+        ) from None
     meter.finish()
 
 
@@ -357,7 +373,6 @@ def directories(box: Box, paths: Sequence[str], deadline: Deadline) -> frozenset
     if result.get("exit_code") != 0 or len(answers) != len(paths) or set(answers) - {"d", "f"}:
         raise ProtocolError("the sandbox's answer to a directory probe is not understood")
     return frozenset(p for p, answer in zip(paths, answers, strict=True) if answer == "d")
-
 
 
 def upload_dir(

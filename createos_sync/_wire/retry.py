@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import random
 import time
+import types
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -105,7 +106,7 @@ def call(
         sleep=sleep,
         reraise=True,
     )
-    return retrying(attempt)
+    return _run(retrying, attempt)
 
 
 def poll(
@@ -134,7 +135,7 @@ def poll(
         sleep=sleep,
         retry_error_callback=timed_out,
     )
-    return retrying(read)
+    return _run(retrying, read)
 
 
 class ReconnectBudget:
@@ -176,4 +177,32 @@ class ReconnectBudget:
             sleep=sleep,
             reraise=True,
         )
+        return _run(retrying, attempt)
+
+
+# The machinery a retried call's error passes through on its way out: its frames say
+# nothing to the caller (a rejected key printed 63 lines, most of them these).
+_MACHINERY = ("tenacity", "concurrent.futures")
+
+
+def _run(retrying: tenacity.Retrying, attempt: Callable[[], T]) -> T:
+    """``retrying(attempt)``; an error leaves without the retry machinery's frames."""
+    try:
         return retrying(attempt)
+    except BaseException as exc:
+        exc.__traceback__ = _without_machinery(exc.__traceback__)
+        raise
+
+
+def _without_machinery(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without the frames of tenacity and concurrent.futures (a new chain)."""
+    frames = []
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if not module.startswith(_MACHINERY):
+            frames.append(tb)
+        tb = tb.tb_next
+    kept = None
+    for frame in reversed(frames):
+        kept = types.TracebackType(kept, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return kept

@@ -16,12 +16,16 @@ Configuration comes from the environment (``CREATEOS_API_KEY``,
 ``CREATEOS_API_URL``, ``CREATEOS_SHAPE``), as for ``cs.Client()``. Exit
 statuses: the command's own for ``run`` (124 timeout, 128 + N for signal N,
 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), 1 for a failure, 2 for a usage or
-configuration error. A usage error is one line, then a pointer to ``--help``.
+configuration error, and for anything named that the account does not have
+(a shape, rootfs, disk, network, or a sandbox or template never seen: a
+typo is not a success). A usage error is one line, then a pointer to ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -38,7 +42,21 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\nsee `{self.prog} --help`\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{PROG}: error: {message}{_did_you_mean(message)}\nsee `{self.prog} --help`\n",
+        )
+
+
+def _did_you_mean(message: str) -> str:
+    """For argparse's "invalid choice: 'rnu' (choose from 'run', ...)": the closest choice."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if found is None:
+        return ""
+    # Quoted ('run', 'shell') or, in newer Pythons, bare (run, shell).
+    choices = [choice.strip("'") for choice in found[2].split(", ")]
+    close = difflib.get_close_matches(found[1], choices, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _parser() -> argparse.ArgumentParser:

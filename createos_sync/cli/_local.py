@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import NoReturn
 
 from ..client import Client
-from ..config import API_KEY_ENV
-from ..standalone import find
-from ._report import PROG, UsageError
+from ..config import API_KEY_ENV, env_api_key
+from ..standalone import choice_note, find
+from ._report import PROG, UsageError, say
 
 INSTALL_HINT = "the local emulator needs werkzeug: pip install 'createos-sync[emulator]'"
 NO_KEY_RUN = f"set {API_KEY_ENV}, or use --local to try the local emulator"
@@ -55,7 +54,7 @@ def account(*, local: bool = False, missing_key: str = NO_KEY) -> Client:
         if standalone is None:
             raise UsageError(NO_EMULATOR)
         return standalone
-    if not os.environ.get(API_KEY_ENV, "").strip():
+    if env_api_key() is None:
         serving = find()
         raise UsageError(missing_key + (f" (one serves at {serving.url})" if serving else ""))
     return Client()
@@ -76,9 +75,13 @@ def in_process(*, local: bool) -> bool:
 
 
 def _standalone_client() -> Client | None:
+    """A client of the newest standalone emulator; which one is said when several serve."""
     found = find()
     if found is None:
         return None
+    note = choice_note(found)
+    if note is not None:
+        say(note)
     return Client(found.api_key, found.url, ca_bundle=found.ca_bundle)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import sys
 import types
@@ -24,15 +23,15 @@ from typing import Any, cast
 import attrs
 
 from ..client import Client
-from ..config import API_KEY_ENV, BASE_URL_ENVS, DEFAULT_BASE_URL, normalize_base_url
-from ..errors import ConfigError
+from ..config import API_KEY_ENV, env_api_key, env_base_url, normalize_base_url
+from ..errors import ConfigError, CreateosApiError
 from ..journal import Entry, Journal, reap
 from ..models import ID_PATTERN as ID
 from ..models import STATUS_PATTERN as STATUS
 from ..models import SandboxInfo
 from ..models import shown_text as token
 from ._local import account, add_local_flag
-from ._report import EXIT_FAILURE, delete_each, say
+from ._report import EXIT_FAILURE, PROG, delete_each, say
 
 # What a sandbox's or template's name may look like on the terminal.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/@+=-]{0,127}\Z")
@@ -141,7 +140,14 @@ def list_sandboxes(args: argparse.Namespace) -> int:
 
 
 def destroy_sandboxes(args: argparse.Namespace) -> int:
+    """Destroy each id: 0 if every one is destroyed or known and gone, 2 if one was never
+    seen (a typo is not a success), 1 if a destruction failed."""
     journal = Journal()
+    known = {entry.sandbox_id for entry in journal.entries()}
+
+    def gone(sandbox_id: str) -> str | None:
+        how = _gone_status(client, sandbox_id)
+        return how or ("destroyed" if sandbox_id in known else None)
 
     def forget(sandbox_id: str) -> None:
         for entry in journal.entries():
@@ -150,9 +156,22 @@ def destroy_sandboxes(args: argparse.Namespace) -> int:
 
     with account(local=args.local) as client:
         return delete_each(
-            args.ids, client.destroy, what="sandbox", doing="destroying", done="destroyed",
+            args.ids, client.destroy, doing="destroying", done="destroyed", gone=gone,
+            never_seen=f"no such sandbox {{id}}: never seen here (`{PROG} ls` lists them)",
             then=forget,
         )  # fmt: skip
+
+
+def _gone_status(client: Client, sandbox_id: str) -> str | None:
+    """The status of a sandbox that refused a destroy, if the service still knows it
+    (``destroying``, ``destroyed``); None if it never did (1 request)."""
+    try:
+        info = client.sandbox(sandbox_id)
+    except CreateosApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return shown(info.status, STATUS)
 
 
 def reap_orphans(args: argparse.Namespace) -> int:
@@ -170,7 +189,7 @@ def reap_orphans(args: argparse.Namespace) -> int:
 
 def _reaper(args: argparse.Namespace) -> contextlib.AbstractContextManager[Client]:
     """The client ``reap`` works with; a dry run without a key reads the journal only."""
-    if args.dry_run and not args.local and not os.environ.get(API_KEY_ENV, "").strip():
+    if args.dry_run and not args.local and env_api_key() is None:
         return contextlib.nullcontext(cast(Client, _JournalOnly()))
     return account(local=args.local)
 
@@ -180,7 +199,7 @@ class _JournalOnly:
     matched with. Finding an entry's sandbox by name would need a request: it fails."""
 
     def __init__(self) -> None:
-        url = next((os.environ[n] for n in BASE_URL_ENVS if os.environ.get(n)), DEFAULT_BASE_URL)
+        url = env_base_url()
         self.config = types.SimpleNamespace(base_url=normalize_base_url(url))
 
     def sandboxes(self) -> list[SandboxInfo]:
@@ -206,8 +225,11 @@ def _ask(pid: int) -> bool:
         say(f"process {pid} still runs: not confirmed (without a terminal, use --owner {pid})")
         return False
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            "utf-8", "replace"
+        command = (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode("utf-8", "replace")
         )
     except OSError:
         command = "?"

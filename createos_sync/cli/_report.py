@@ -45,22 +45,33 @@ def delete_each(
     ids: Iterable[str],
     delete: Callable[[str], bool],
     *,
-    what: str,
     doing: str,
     done: str,
+    gone: Callable[[str], str | None],
+    never_seen: str,
     then: Callable[[str], None] | None = None,
 ) -> int:
     """``delete(id)`` for each id in turn (True: it existed), saying what became of each,
-    then ``then(id)``; a failure is said and the next id tried. The exit status."""
+    then ``then(id)``; a failure is said and the next id tried. An id that was not there
+    is "already gone" when ``gone(id)`` says how it went, else ``never_seen`` (formatted
+    with ``id``): a typo is not a success. The exit status: 0, 2 if an id was never
+    seen, 1 if a deletion failed (which says more)."""
     status = 0
     for one in ids:
         try:
             existed = delete(one)
+            how = None if existed else gone(one)
         except CreateosError as exc:
             say(f"{doing} {one} failed: {exc}")
             status = EXIT_FAILURE
             continue
-        print(f"{done} {one}" if existed else f"no such {what} {one} (already gone)", flush=True)
+        if existed:
+            print(f"{done} {one}", flush=True)
+        elif how is not None:
+            print(f"{one} is already gone ({how})", flush=True)
+        else:
+            say(never_seen.format(id=one))
+            status = status or EXIT_USAGE
         if then is not None:
             then(one)
     return status

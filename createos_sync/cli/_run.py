@@ -5,6 +5,11 @@ The exit status is the command's own; 124 when it timed out (as with
 this CLI received signal N (130 for Ctrl-C) after cleaning up like
 ``Lease.close()``. Without ``--timeout`` the command has no time limit.
 
+The command's stdout and stderr are copied byte for byte to this
+process's own (``run(..., text=False)``), so ``run -- 'tar czf - d' | tar
+tz`` works, on a terminal and off. ``--keep`` prints the sandbox's id
+on stdout, first, before the command's output.
+
 Piped or redirected stdin (anything but a terminal) is CMD's stdin: it is
 staged in the sandbox before CMD starts, streamed in constant memory (1
 more request), as ``run(stdin=...)`` does; an empty one costs nothing.
@@ -27,6 +32,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Sequence
 from typing import BinaryIO
 
 from .. import checks
@@ -71,7 +77,7 @@ exit status:
   128+N     the command was killed by signal N (137 for SIGKILL)
   130       interrupted by Ctrl-C (SIGINT)
   143, 129  stopped by SIGTERM, SIGHUP (the sandbox is cleaned up in every case)
-  2         usage or configuration error (unknown option, shape or rootfs, no API key)
+  2         usage or configuration error, or a shape, rootfs, disk or network not found
   1         API, transfer or cleanup failure (a failed download turns 0 into 1)
 """
 HELP_HINT = "see `createos-sync run --help`"
@@ -106,7 +112,8 @@ def add_parser(
         "--timeout",
         type=_args.seconds,
         metavar="SECONDS",
-        help="terminate CMD after this long and exit 124 (default: no limit)",
+        help="terminate CMD after this long and exit 124 (default: no limit here; in Python, "
+        "run() stops a command after 300 s and returns timed_out=True unless given timeout=)",
     )
     parser.add_argument(
         "--upload",
@@ -141,7 +148,9 @@ def add_parser(
         help="join a private network of the account (its name or id); repeatable",
     )
     parser.add_argument(
-        "--keep", action="store_true", help="leave the sandbox running and print its id"
+        "--keep",
+        action="store_true",
+        help="leave the sandbox running and print its id on stdout, first (ID=$(... --keep ...))",
     )
     parser.add_argument(
         "--ttl",
@@ -181,9 +190,10 @@ def run(args: argparse.Namespace) -> int:
             "--fork-from takes its source's shape and rootfs: drop --shape/--rootfs",
             hint=HELP_HINT,
         )
-    if args.local and (args.disk or args.network):
+    if (args.disk or args.network) and _local.in_process(local=args.local):
         raise UsageError(
-            "--disk and --network name resources of the account: not with --local",
+            "--disk and --network with --local name resources of the emulator that "
+            f"`{PROG} emulator` serves, and none serves: an in-process one has none",
             hint=HELP_HINT,
         )
     if args.local and args.keep:
@@ -198,12 +208,13 @@ def run(args: argparse.Namespace) -> int:
             on_exit="keep" if args.keep else None,
             journal=not _local.in_process(local=args.local),
             ttl=args.ttl,
-            disks=dict(args.disk) or None,
+            disks=_disks_named(client, args.disk) or None,
             networks=_networks_named(client, args.network) or None,
         )
         open_lease(lease, client, args)
         with lease as box:
             if args.keep:  # said at once, so that an interrupted run still tells
+                print(box.id, flush=True)  # for ID=$(createos-sync run --keep ...)
                 again = f"createos-sync destroy{' --local' if args.local else ''} {box.id}"
                 say(f"keeping sandbox {box.id} (destroy it with: {again})")
             for local, remote in args.upload:
@@ -213,7 +224,14 @@ def run(args: argparse.Namespace) -> int:
                 status = _on_terminal(box, command, cwd=args.cwd, env=env, timeout=timeout)
             else:
                 result = box.run(
-                    command, cwd=args.cwd, env=env, stdin=stdin, timeout=timeout, echo=True
+                    command,
+                    cwd=args.cwd,
+                    env=env,
+                    stdin=stdin,
+                    timeout=timeout,
+                    echo=True,
+                    text=False,  # byte for byte: a pipeline gets what CMD wrote
+                    max_output=0,  # everything went to stdout / stderr already
                 )
                 status = _status(result)
             if not _download_all(box, args.download, debug=args.debug) and status == 0:
@@ -221,19 +239,31 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _disks_named(client: Client, mounts: list[tuple[str, str]]) -> dict[str, str]:
+    """Mount path -> the id of the disk named (by name or id): 1 listing, if any."""
+    if not mounts:
+        return {}
+    known = [(d.id, d.name) for d in client.disks()]
+    return {path: _one_named("disk", known, name) for path, name in mounts}
+
+
 def _networks_named(client: Client, names: list[str]) -> list[str]:
     """The ids of the networks named (by name or id): 1 listing per 500 networks, if any."""
     if not names:
         return []
-    known = client.networks()
-    ids = []
-    for name in names:
-        found = [n.id for n in known if name in (n.id, n.name)]
-        if len(found) != 1:
-            why = "no network is" if not found else "several networks are"
-            raise UsageError(f"{why} named {name!r}: give its id", hint=HELP_HINT)
-        ids.append(found[0])
-    return ids
+    known = [(n.id, n.name) for n in client.networks()]
+    return [_one_named("network", known, name) for name in names]
+
+
+def _one_named(kind: str, known: Sequence[tuple[str, str | None]], name: str) -> str:
+    """The id of the one ``kind`` named ``name`` (its name or id); a usage error (status 2,
+    as for an unknown shape) when the account has none, or several."""
+    found = [ident for ident, known_name in known if name in (ident, known_name)]
+    if len(found) != 1:
+        if not found:
+            raise UsageError(f"no {kind} is named {name!r}", hint=HELP_HINT)
+        raise UsageError(f"several {kind}s are named {name!r}: give its id", hint=HELP_HINT)
+    return found[0]
 
 
 def open_lease(lease: Lease, client: Client, args: argparse.Namespace) -> None:
@@ -304,6 +334,7 @@ def _on_terminal(
         cwd=cwd,
         env={**local_term(), **env},
         echo=True,
+        text=False,  # the terminal's own bytes, to this terminal
         max_output=0,  # everything is on the screen already
         pty=window_size(window),
     )
@@ -320,7 +351,7 @@ def _on_terminal(
     return _status(result)
 
 
-def _type_end_of_input(process: Process, ending: float = ENDING) -> None:
+def _type_end_of_input(process: Process[bytes], ending: float = ENDING) -> None:
     """Type Ctrl-D, as ``run()`` does: nobody types, so a command reading lines sees the end.
 
     A command that has ended already refuses input (its terminal is closed):
@@ -378,7 +409,7 @@ def _timed_out(limit: float | None) -> int:
     return EXIT_TIMEOUT
 
 
-def _status(result: RunResult) -> int:
+def _status(result: RunResult[bytes]) -> int:
     if result.timed_out:
         return _timed_out(result.timeout)
     if result.signal is not None:

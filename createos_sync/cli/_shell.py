@@ -124,6 +124,7 @@ class Session:
                 pty=window_size(self._stdin),
                 env=local_term(),
                 on_output=self._write,
+                text=False,  # the remote terminal's bytes, as they are, to this one
                 max_output=0,  # everything goes to the screen; nothing is kept
             )
             threading.Thread(target=self._watch, args=(process,), daemon=True).start()
@@ -141,7 +142,7 @@ class Session:
             raise typist.error
         return EXIT_HANGUP  # the local terminal went away; closing the lease ends the shell
 
-    def _pump(self, process: Process, typist: Typist) -> None:
+    def _pump(self, process: Process[bytes], typist: Typist) -> None:
         """Move keys from the local terminal to the typist until the shell or the typist ends."""
         while process.running and typist.error is None:
             readable, _, _ = select.select([self._stdin, self._wake_r], [], [])
@@ -153,12 +154,12 @@ class Session:
                     return
                 typist.type(keys)
 
-    def _write(self, stream: str, text: str) -> None:
-        data = memoryview(text.encode("utf-8", "replace"))
+    def _write(self, stream: str, output: bytes) -> None:
+        data = memoryview(output)
         while data:
             data = data[os.write(self._stdout, data) :]
 
-    def _watch(self, process: Process) -> None:
+    def _watch(self, process: Process[bytes]) -> None:
         with contextlib.suppress(BaseException):  # its error is raised again by run()
             process.wait()
         self._wake()
@@ -176,7 +177,7 @@ class Session:
             self._wake_w = -1
 
 
-def _exit_status(result: RunResult) -> int:
+def _exit_status(result: RunResult[bytes]) -> int:
     """The shell's status; 128 + N when a signal ended it, as a local shell reports."""
     if result.exit_code is not None:
         return result.exit_code

@@ -8,15 +8,17 @@ stderr), or 1 with the end of the log when the build failed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import attrs
 
+from ..errors import TemplateBuildError
 from ..models import TEMPLATE_STATUS_PATTERN as TEMPLATE_STATUS
 from ._local import account, add_local_flag
 from ._manage import NAME, _jsonable, _print_json, _print_table, id_argument, shown
-from ._report import UsageError, delete_each, say
+from ._report import EXIT_FAILURE, PROG, UsageError, delete_each, say
 
 BUILD_HINT = "see `createos-sync template build --help`"
 
@@ -56,8 +58,8 @@ def add_parser(
     rm = actions.add_parser(
         "rm",
         parents=[common],
-        help="delete templates (one already gone is fine: said so; sandboxes made from them "
-        "are not affected)",
+        help="delete templates (an id the account does not have exits 2; sandboxes made from "
+        "them are not affected)",
     )
     rm.add_argument("ids", nargs="+", type=id_argument, metavar="ID")
     add_local_flag(rm)
@@ -71,6 +73,13 @@ def build_template(args: argparse.Namespace) -> int:
             template = client.build_template(args.name, dockerfile, base=args.base, echo=True)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc), hint=BUILD_HINT) from None
+        except TemplateBuildError as exc:  # its log is on the screen already: not twice
+            tid = shown(exc.template_id)
+            say(
+                f"template {args.name!r} ({tid}) failed to build: its log is above; "
+                f"delete it with `{PROG} template rm {tid}`"
+            )
+            return EXIT_FAILURE
     tid = shown(template.id)
     say(f"template {tid} ({shown(template.name, NAME)}) is ready: use it with --rootfs {tid}")
     return 0
@@ -101,17 +110,25 @@ def list_templates(args: argparse.Namespace) -> int:
 
 
 def delete_templates(args: argparse.Namespace) -> int:
+    """Delete each id: 0 if every one is deleted, 2 if the account has no such template (a
+    typo is not a success), 1 if a deletion failed."""
     with account(local=args.local) as client:
         return delete_each(
-            args.ids, client.delete_template, what="template", doing="deleting", done="deleted"
-        )
+            args.ids, client.delete_template, doing="deleting", done="deleted",
+            gone=lambda template_id: None,
+            never_seen=f"no such template {{id}} (`{PROG} template ls` lists them)",
+        )  # fmt: skip
 
 
 def _read_dockerfile(name: str) -> str:
     try:
         raw = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
-        raise UsageError(f"cannot read {name}: {exc.strerror}", hint=BUILD_HINT) from None
+        raise UsageError(
+            f"cannot read the Dockerfile {os.path.abspath(name)}: {exc.strerror} "
+            "(-f PATH names another; -f - reads stdin)",
+            hint=BUILD_HINT,
+        ) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._local import account
+from ._local import account, add_local_flag
 from ._report import UsageError, say
 
 HINT = "see `createos-sync token --help`"
@@ -35,6 +35,7 @@ def add_parser(
     ):
         sub = actions.add_parser(action, parents=[common], help=what, description=what)
         sub.add_argument("sandbox_id", metavar="SANDBOX_ID")
+        add_local_flag(sub)
         sub.set_defaults(handler=token)
 
 
@@ -43,7 +44,7 @@ def token(args: argparse.Namespace) -> int:
     sandbox_id = args.sandbox_id
     if not sandbox_id.strip() or not sandbox_id.isprintable() or "/" in sandbox_id:
         raise UsageError("SANDBOX_ID must be a sandbox id such as sb-...", hint=HINT)
-    with account() as client:
+    with account(local=args.local) as client:
         if args.token_action == "disable":
             client.disable_access_token(sandbox_id)
             say(f"the access token of sandbox {sandbox_id} is disabled")

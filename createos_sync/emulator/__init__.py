@@ -64,6 +64,13 @@ frames that stream has not sent, so the process blocks on write: a reading
 client loses nothing.
 """
 
+from ..errors import missing_extra
+
+try:
+    import werkzeug  # noqa: F401  (the [emulator] extra: the HTTP server)
+except ModuleNotFoundError as exc:
+    raise missing_extra("emulator", "createos_sync.emulator", exc) from None
+
 from ._service.faults import OPERATIONS, Fault
 from ._service.previews import session as preview_session
 from ._service.requestlog import RequestRecord

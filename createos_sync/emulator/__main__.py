@@ -16,7 +16,7 @@ import sys
 import threading
 from types import FrameType
 
-from ..standalone import announced, find
+from ..standalone import announced, choice_note, find
 from ._service.server import Emulator
 
 
@@ -96,12 +96,20 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m createos_sync.
     try:
         print(f"CreateOS emulator listening on {emulator.url}")
         print(f"isolation: {emulator.isolation}")
-        exports = f"CREATEOS_API_URL={shlex.quote(emulator.url)} "
+        url, key = shlex.quote(emulator.url), shlex.quote(emulator.api_key)
+        exports = f"CREATEOS_API_URL={url} CREATEOS_SANDBOX_BASE_URL={url} "
         if emulator.ca_path is not None:
             print(f"CA certificate: {emulator.ca_path}")
             exports += f"CREATEOS_CA_BUNDLE={shlex.quote(emulator.ca_path)} "
-        print(f"export {exports}CREATEOS_API_KEY={shlex.quote(emulator.api_key)}", flush=True)
+        print(f"export {exports}CREATEOS_API_KEY={key} CREATEOS_SANDBOX_API_KEY={key}", flush=True)
+        already = find()
         announcement = _announce(emulator)  # after the lines a script reads first
+        if already is not None:
+            print(
+                f"another emulator serves at {already.describe()}: `--local` commands use the "
+                "newest (this one) until it stops, then that one again",
+                flush=True,
+            )
         print(f"network: {emulator.describe_network()}", flush=True)
         print(f"preview URLs: {emulator.previews} form", flush=True)
         while not stop.wait(0.5):
@@ -139,6 +147,9 @@ def _print_exports(prog: str) -> int:
             file=sys.stderr,
         )
         return 1
+    note = choice_note(found)
+    if note is not None:
+        print(f"{prog}: {note}", file=sys.stderr)
     print(found.exports(), end="", flush=True)
     return 0
 

@@ -126,7 +126,7 @@ def _refused(exc: cs.CreateosApiError) -> bool:
     return exc.status in (400, 403, 404, 409, 422)
 
 
-def _os_error(result: cs.RunResult, shown: str) -> OSError:
+def _os_error(result: cs.RunResult[str], shown: str) -> OSError:
     said = result.stderr
     for words, code in _ERRORS:
         if words in said:

@@ -122,7 +122,7 @@ async def run(
     env: dict[str, str] | None = None,
     stdin: bytes | str = b"",
     max_output: int = 4 * 1024 * 1024,
-) -> cs.RunResult:
+) -> cs.RunResult[str]:
     """Run a command to its end; cancellation terminates its process tree.
 
     Started as a background process (shielded: its handle must not be lost
@@ -148,7 +148,7 @@ async def run(
         raise
 
 
-def returncode(result: cs.RunResult) -> int:
+def returncode(result: cs.RunResult[str]) -> int:
     """The shell's way: the exit code, or 128 + N for a process killed by signal N."""
     if result.exit_code is not None:
         return result.exit_code

@@ -27,10 +27,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harbor.environments.base import BaseEnvironment, ExecResult
-from harbor.environments.capabilities import EnvironmentCapabilities
-from harbor.environments.definition import require_agent_environment_definition
-from harbor.environments.options import EnvironmentOptions
+from createos_sync.errors import missing_extra
+
+try:
+    from harbor.environments.base import BaseEnvironment, ExecResult
+    from harbor.environments.capabilities import EnvironmentCapabilities
+    from harbor.environments.definition import require_agent_environment_definition
+    from harbor.environments.options import EnvironmentOptions
+except ModuleNotFoundError as exc:
+    raise missing_extra("harbor", __name__, exc) from None
 
 import createos_sync as cs
 

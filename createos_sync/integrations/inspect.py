@@ -44,19 +44,24 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
 
-import yaml
-from inspect_ai.util import (
-    ExecResult,
-    OutputLimitExceededError,
-    SandboxConnection,
-    SandboxEnvironment,
-    SandboxEnvironmentConfigType,
-    SandboxEnvironmentLimits,
-    SandboxUnavailableError,
-    SandboxUserUnsupportedError,
-    sandboxenv,
-)
-from pydantic import BaseModel, ConfigDict
+from createos_sync.errors import missing_extra
+
+try:
+    import yaml
+    from inspect_ai.util import (
+        ExecResult,
+        OutputLimitExceededError,
+        SandboxConnection,
+        SandboxEnvironment,
+        SandboxEnvironmentConfigType,
+        SandboxEnvironmentLimits,
+        SandboxUnavailableError,
+        SandboxUserUnsupportedError,
+        sandboxenv,
+    )
+    from pydantic import BaseModel, ConfigDict
+except ModuleNotFoundError as exc:
+    raise missing_extra("inspect", __name__, exc) from None
 
 import createos_sync as cs
 

@@ -26,12 +26,17 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from agents.sandbox.manifest import Manifest
-from agents.sandbox.session import SandboxSession, SandboxSessionState
-from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
-from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
-from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
-from agents.sandbox.types import ExecResult, User
+from createos_sync.errors import missing_extra
+
+try:
+    from agents.sandbox.manifest import Manifest
+    from agents.sandbox.session import SandboxSession, SandboxSessionState
+    from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+    from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
+    from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
+    from agents.sandbox.types import ExecResult, User
+except ModuleNotFoundError as exc:
+    raise missing_extra("openai-agents", __name__, exc) from None
 
 import createos_sync as cs
 

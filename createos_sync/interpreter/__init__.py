@@ -9,7 +9,14 @@ cell gives back; ``_magics`` is the ``%%createos`` magic of IPython (the root
 package hands it ``Lease`` and ``lease``, which live above this layer).
 """
 
-from ._context import CodeContext
+from ._context import CodeContext, OnCodeOutput
 from ._results import CodeFailed, Execution, ExecutionError, Result
 
-__all__ = ["CodeContext", "CodeFailed", "Execution", "ExecutionError", "Result"]
+__all__ = [
+    "CodeContext",
+    "CodeFailed",
+    "Execution",
+    "ExecutionError",
+    "OnCodeOutput",
+    "Result",
+]

@@ -53,7 +53,7 @@ class _Kernel:
         self.stderr = ""
         self.booted = False
         self.broken = False
-        self.process: _process.Process | None = None
+        self.process: _process.Process[str] | None = None
 
     def received(self, stream: str, text: str) -> None:
         """The output stream's text (from the following thread): frames to the queue."""
@@ -191,6 +191,7 @@ class CodeContext:
             self._command,
             stdin=None,
             max_output=0,
+            text=True,  # the kernel's frames are lines of ASCII
             on_output=kernel.received,
             echo=None,
         )

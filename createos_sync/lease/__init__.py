@@ -20,7 +20,15 @@ from ._files import FileMethods
 from ._fork import ForkMethods
 from ._interpreter import InterpreterMethods
 from ._network import NetworkMethods
-from ._options import DEFAULT_TTL, MIN_TTL, LeaseKeywords, LeaseOptions, OnExit
+from ._options import (
+    DEFAULT_TTL,
+    MIN_TTL,
+    TTL_DEFAULT,
+    LeaseKeywords,
+    LeaseOptions,
+    OnExit,
+    TtlDefault,
+)
 from ._private_networks import OverlayMethods
 
 
@@ -44,8 +52,10 @@ __all__ = [
     "DEFAULT_MAX_OUTPUT",
     "DEFAULT_TTL",
     "MIN_TTL",
+    "TTL_DEFAULT",
     "Lease",
     "LeaseKeywords",
     "LeaseOptions",
     "OnExit",
+    "TtlDefault",
 ]

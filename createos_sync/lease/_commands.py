@@ -8,12 +8,13 @@ The engines are ``createos_sync._commands.execution`` (run to the end) and ``cre
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, overload
 
 from .. import _files as files
 from .. import process
 from .._commands import execution as _execution
 from .._commands.command import Command
-from .._commands.output import Capture, fan_out
+from .._commands.output import Output
 from .._commands.output import echo as echo_output
 from .._commands.terminal import Size, on_terminal, terminal_size
 from ..result import RunResult
@@ -21,25 +22,53 @@ from ._core import LeaseCore
 from ._options import check_seconds
 
 DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024
+OnText = Callable[[str, str], None]
+OnBytes = Callable[[str, bytes], None]
+Stdin = process.StdinData
+Cmd = str | Sequence[str]
+Env = Mapping[str, str] | None
 
 
 class CommandMethods(LeaseCore):
     """``run``, ``start`` and ``process``."""
 
+    # The result's type follows ``text``, as ``subprocess.run``'s does.
+    @overload
+    def run(
+        self, cmd: Cmd, *, cwd: str | None = ..., env: Env = ...,
+        stdin: Stdin | None = ..., timeout: float | None = ..., check: bool = ...,
+        on_output: OnText | None = ..., echo: bool = ..., max_output: int = ...,
+        pty: bool | tuple[int, int] | None = ..., text: Literal[True] = ...,
+    ) -> RunResult[str]: ...  # fmt: skip
+    @overload
+    def run(
+        self, cmd: Cmd, *, cwd: str | None = ..., env: Env = ...,
+        stdin: Stdin | None = ..., timeout: float | None = ..., check: bool = ...,
+        on_output: OnBytes | None = ..., echo: bool = ..., max_output: int = ...,
+        pty: bool | tuple[int, int] | None = ..., text: Literal[False],
+    ) -> RunResult[bytes]: ...  # fmt: skip
+    @overload
+    def run(
+        self, cmd: Cmd, *, cwd: str | None = ..., env: Env = ...,
+        stdin: Stdin | None = ..., timeout: float | None = ..., check: bool = ...,
+        on_output: Callable[[str, Any], None] | None = ..., echo: bool = ...,
+        max_output: int = ..., pty: bool | tuple[int, int] | None = ..., text: bool = ...,
+    ) -> RunResult[Any]: ...  # fmt: skip
     def run(
         self,
         cmd: str | Sequence[str],
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: process.StdinData | None = None,
+        stdin: Stdin | None = None,
         timeout: float | None = None,
         check: bool = False,
-        on_output: Callable[[str, str], None] | None = None,
+        on_output: Callable[[str, Any], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
         pty: bool | tuple[int, int] | None = None,
-    ) -> RunResult:
+        text: bool = True,
+    ) -> RunResult[Any]:
         r"""Run a command to completion in the sandbox and return its ``RunResult``.
 
         The process waits at a start gate until its output stream is
@@ -61,19 +90,20 @@ class CommandMethods(LeaseCore):
                 the client's (``Client(timeout=...)``, 300 s unless changed).
                 On expiry the process tree is terminated and the result has
                 ``timed_out=True``, ``exit_code=None`` and the output read so
-                far.
+                far: it does not raise unless ``check=True``.
             check: raise ``CommandFailed`` for a non-zero exit (or a
                 signal), ``CommandTimeout`` for a timeout, instead of
                 returning; both carry ``.result``.
             on_output: ``on_output(stream, text)`` is called live, in order,
-                with decoded text; ``stream`` is ``"stdout"`` or
-                ``"stderr"``. It sees everything, whatever ``max_output``
-                keeps.
+                with decoded text (bytes with ``text=False``); ``stream`` is
+                ``"stdout"`` or ``"stderr"``. It sees everything, whatever
+                ``max_output`` keeps.
             echo: write the output live to ``sys.stdout`` / ``sys.stderr``
                 as it arrives (in a notebook: under the cell).
-            max_output: how many characters of ``stdout`` and of ``stderr``
-                the result keeps (the last ones; default 4 MiB each);
-                ``result.truncated`` is True when some were cut.
+            max_output: how many characters (bytes with ``text=False``) of
+                ``stdout`` and of ``stderr`` the result keeps (the last ones;
+                default 4 MiB each); ``result.truncated`` is True when some
+                were cut.
             pty: ``True`` (80x24) or ``(rows, cols)`` runs the command on a
                 terminal: its output (stdout and stderr merged, with the
                 terminal's ``\r\n`` line ends) is ``stdout``; ``TERM``
@@ -81,6 +111,10 @@ class CommandMethods(LeaseCore):
                 after the start, so a command reading lines sees the end of
                 its input; ``stdin`` cannot be given with it (type into a
                 terminal with ``start(..., pty=...)``). None or False: pipes.
+            text: True (default): ``stdout`` / ``stderr`` are ``str``,
+                decoded as UTF-8 incrementally (an invalid byte becomes
+                U+FFFD). False (as ``subprocess``): they are the exact
+                ``bytes``, never replaced.
 
         Request budget: 3 (create, output stream, start-gate release), plus 1
         upload when ``stdin`` is given, plus reconnections of a dropped stream.
@@ -96,34 +130,54 @@ class CommandMethods(LeaseCore):
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         _execution.validate_stdin(stdin)
-        _check_output_options(max_output, on_output)
+        _check_output_options(max_output, on_output, text)
         size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
+        sinks = (on_output, echo_output if echo else None)
         result = _execution.run(
             box,
             command,
             stdin=stdin,
             timeout=limit,
-            capture=Capture(max_output),
-            deliver=fan_out(on_output, echo_output if echo else None),
+            output=Output(max_output, text=text, sinks=sinks),
             escalate=self._destroy_now,
             pty=size,
         )
         return result.check() if check else result
 
+    @overload
+    def start(
+        self, cmd: Cmd, *, cwd: str | None = ..., env: Env = ...,
+        stdin: Stdin | None = ..., on_output: OnText | None = ..., echo: bool = ...,
+        max_output: int = ..., pty: bool | tuple[int, int] | None = ..., text: Literal[True] = ...,
+    ) -> process.Process[str]: ...  # fmt: skip
+    @overload
+    def start(
+        self, cmd: Cmd, *, cwd: str | None = ..., env: Env = ...,
+        stdin: Stdin | None = ..., on_output: OnBytes | None = ..., echo: bool = ...,
+        max_output: int = ..., pty: bool | tuple[int, int] | None = ..., text: Literal[False],
+    ) -> process.Process[bytes]: ...  # fmt: skip
+    @overload
+    def start(
+        self, cmd: Cmd, *, cwd: str | None = ..., env: Env = ...,
+        stdin: Stdin | None = ..., on_output: Callable[[str, Any], None] | None = ...,
+        echo: bool = ..., max_output: int = ..., pty: bool | tuple[int, int] | None = ...,
+        text: bool = ...,
+    ) -> process.Process[Any]: ...  # fmt: skip
     def start(
         self,
         cmd: str | Sequence[str],
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: process.StdinData | None = None,
-        on_output: Callable[[str, str], None] | None = None,
+        stdin: Stdin | None = None,
+        on_output: Callable[[str, Any], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
         pty: bool | tuple[int, int] | None = None,
-    ) -> process.Process:
+        text: bool = True,
+    ) -> process.Process[Any]:
         r"""Start a command in the background and return its ``Process`` (like ``Popen``).
 
         Returns once the output stream is attached and the command released;
@@ -143,12 +197,15 @@ class CommandMethods(LeaseCore):
                 following thread, in order (``stream`` is ``"stdout"`` or
                 ``"stderr"``).
             echo: write the output live to ``sys.stdout`` / ``sys.stderr``.
-            max_output: characters of each stream that ``Process.wait()``'s
-                result keeps (the last ones; ``truncated`` says if any were cut).
+            max_output: characters (bytes with ``text=False``) of each
+                stream that ``Process.wait()``'s result keeps (the last ones;
+                ``truncated`` says if any were cut).
             pty: ``True`` (80x24) or ``(rows, cols)`` runs it on a terminal
                 (see ``run``): ``Process.send()`` types into it (echoed;
                 ``"\x03"`` is Ctrl-C), ``Process.resize()`` changes its size,
                 and ``stdin`` cannot be given with it.
+            text: False gives a ``Process[bytes]``: ``output()``,
+                ``on_output`` and ``wait()``'s result carry the exact bytes.
 
         Raises:
             ValueError, TypeError: invalid arguments, before any request.
@@ -156,26 +213,43 @@ class CommandMethods(LeaseCore):
         """
         command = Command.parse(cmd, cwd=cwd, env=env)
         _execution.validate_stdin(stdin)
-        _check_output_options(max_output, on_output)
+        _check_output_options(max_output, on_output, text)
         size, command = _terminal_options(pty, stdin, command)
         return process.start(
             self._usable_box(),
             command,
             stdin=stdin,
             max_output=max_output,
+            text=text,
             on_output=on_output,
             echo=echo_output if echo else None,
             pty=size,
         )
 
+    @overload
+    def process(
+        self, process_id: str, *, on_output: OnText | None = ..., echo: bool = ...,
+        max_output: int = ..., text: Literal[True] = ...,
+    ) -> process.Process[str]: ...  # fmt: skip
+    @overload
+    def process(
+        self, process_id: str, *, on_output: OnBytes | None = ..., echo: bool = ...,
+        max_output: int = ..., text: Literal[False],
+    ) -> process.Process[bytes]: ...  # fmt: skip
+    @overload
+    def process(
+        self, process_id: str, *, on_output: Callable[[str, Any], None] | None = ...,
+        echo: bool = ..., max_output: int = ..., text: bool = ...,
+    ) -> process.Process[Any]: ...  # fmt: skip
     def process(
         self,
         process_id: str,
         *,
-        on_output: Callable[[str, str], None] | None = None,
+        on_output: Callable[[str, Any], None] | None = None,
         echo: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> process.Process:
+        text: bool = True,
+    ) -> process.Process[Any]:
         """Reattach to a process of this sandbox by id (after a kernel restart, say).
 
         Its output is replayed from whatever the journal still holds. If it is
@@ -188,19 +262,21 @@ class CommandMethods(LeaseCore):
             on_output: ``on_output(stream, text)``, as in ``start``.
             echo: write the output live to ``sys.stdout`` / ``sys.stderr``.
             max_output: characters of each stream ``Process.wait()`` keeps.
+            text: False replays and keeps the exact bytes (as in ``start``).
         """
         if not isinstance(process_id, str) or not process_id:
             raise ValueError("process_id must be a non-empty str")
-        _check_output_options(max_output, on_output)
+        _check_output_options(max_output, on_output, text)
         return process.reattach(
             self._usable_box(),
             process_id,
             max_output=max_output,
+            text=text,
             on_output=on_output,
             echo=echo_output if echo else None,
         )
 
-    def _housekeeping_run(self, argv: list[str]) -> RunResult:
+    def _housekeeping_run(self, argv: list[str]) -> RunResult[str]:
         return self.run(argv, max_output=files.HOUSEKEEPING_OUTPUT)
 
 
@@ -214,8 +290,10 @@ def _terminal_options(pty: object, stdin: object, command: Command) -> tuple[Siz
     return size, on_terminal(command)
 
 
-def _check_output_options(max_output: int, on_output: object) -> None:
+def _check_output_options(max_output: int, on_output: object, text: object) -> None:
     if not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 0:
         raise ValueError("max_output must be an int >= 0")
+    if not isinstance(text, bool):
+        raise TypeError("text must be True or False")
     if on_output is not None and not callable(on_output):
         raise TypeError("on_output must be callable")

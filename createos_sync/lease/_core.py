@@ -36,6 +36,7 @@ from .._sandboxes.journal import Journal
 from .._sandboxes.watchdog import Watchdog
 from .._wire.deadline import Deadline
 from ..errors import (
+    CreateosApiError,
     CreateosCleanupError,
     LeaseClosed,
     SandboxUnavailable,
@@ -103,8 +104,14 @@ class LeaseCore(Containment):
 
     @property
     def id(self) -> str | None:
-        """The sandbox id, once known."""
+        """The sandbox id, once known (also ``sandbox_id``)."""
         return self._box.sandbox_id if self._box is not None else self._options.sandbox_id
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox id, once known: ``id`` by the name errors and ``lease(sandbox_id=...)``
+        use."""
+        return self.id
 
     @property
     def status(self) -> str | None:
@@ -166,7 +173,10 @@ class LeaseCore(Containment):
                 if self._state == "opening":
                     raise LeaseClosed("this lease is being opened by another thread")
                 if self._state != "new":
-                    raise LeaseClosed("this lease is closed; leases cannot be reopened")
+                    raise LeaseClosed(
+                        f"this lease is closed (sandbox {self.id or 'none made'}); leases "
+                        "cannot be reopened: open a new one"
+                    )
                 self._state = "opening"
             try:
                 deadline = Deadline.after(self._command_timeout())
@@ -191,9 +201,21 @@ class LeaseCore(Containment):
             # Claimed before its first request: no sweep destroys it (issue 42).
             self._record.claim(self._options.sandbox_id, transport.config.base_url)
             with _shield.delivered():
-                return _sandbox.ensure_running(
-                    transport, self._options.sandbox_id, deadline, self._client.sleep
-                )
+                try:
+                    return _sandbox.ensure_running(
+                        transport, self._options.sandbox_id, deadline, self._client.sleep
+                    )
+                except CreateosApiError as exc:
+                    if exc.status != 404:
+                        raise
+                    raise CreateosApiError(  # which sandbox, and what to do about it
+                        exc.operation,
+                        404,
+                        request_id=exc.request_id,
+                        detail=f"no sandbox {self._options.sandbox_id} to attach to (check "
+                        "the id: client.sandboxes() lists those of the account)",
+                        server_message=exc.server_message,
+                    ) from None
         return make(self._client, self._options, self._record, deadline, self._attached)
 
     def _become_open(self, info: SandboxInfo, box: Box) -> None:
@@ -437,7 +459,11 @@ class LeaseCore(Containment):
                 if self._expired and self._options.max_lifetime is not None
                 else ""
             )
-            raise LeaseClosed(f"this lease is closed{reason}")
+            raise LeaseClosed(
+                f"this lease is closed{reason} (sandbox {self.id or 'none made'}): leases "
+                "cannot be reopened; open a new one (`with cs.lease() as box:`), or attach "
+                "to a kept sandbox with cs.lease(sandbox_id=...)"
+            )
         if box.table.poisoned:
             suspects = ", ".join(box.table.unconfirmed_ids) or "(unknown)"
             raise CreateosCleanupError(

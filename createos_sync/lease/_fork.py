@@ -7,7 +7,7 @@ from types import EllipsisType
 from typing import TypeVar
 
 from ._core import LeaseCore
-from ._options import LeaseOptions, OnExit
+from ._options import TTL_DEFAULT, LeaseOptions, OnExit, TtlDefault
 
 L = TypeVar("L", bound=LeaseCore)
 
@@ -24,7 +24,7 @@ class ForkMethods(LeaseCore):
         ingress: bool | None = None,
         start_paused: bool = False,
         on_exit: OnExit | None = None,
-        ttl: float | EllipsisType | None = ...,
+        ttl: float | TtlDefault | EllipsisType | None = TTL_DEFAULT,
         max_lifetime: float | None = None,
     ) -> L:
         """An open lease owning a new sandbox forked from this one (running or paused).

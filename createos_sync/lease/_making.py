@@ -9,6 +9,7 @@ the wait until the sandbox runs (or, for ``start_paused``, is paused).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import secrets
 from collections.abc import Callable
@@ -24,7 +25,8 @@ from .._sandboxes.attachments import Attachments
 from .._sandboxes.journal import Entry, Journal
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from ..errors import ConfigError, Operation, SandboxUnavailable
+from .._wire.server_text import ID, token
+from ..errors import ConfigError, CreateosApiError, CreateosError, Operation, SandboxUnavailable
 from ..models import SandboxInfo
 from ._options import LeaseOptions
 
@@ -175,14 +177,45 @@ def make(
         body["networks"] = [{"id": network_id} for network_id in networks]
         for network_id in networks:
             attached.add_network(network_id)
-    return _make(
-        client,
-        options,
-        record,
-        deadline,
-        body,
-        lambda body, until: _api.create_sandbox(transport, body, until),
-        Operation.SANDBOX_CREATION,
+    try:
+        return _make(
+            client,
+            options,
+            record,
+            deadline,
+            body,
+            lambda body, until: _api.create_sandbox(transport, body, until),
+            Operation.SANDBOX_CREATION,
+        )
+    except CreateosApiError as exc:
+        unknown = _unknown_rootfs(client, options.rootfs, exc, deadline)
+        if unknown is None:
+            raise
+        raise CreateosApiError(
+            Operation.SANDBOX_CREATION, 400, request_id=exc.request_id, detail=unknown
+        ) from None
+
+
+def _unknown_rootfs(
+    client: Client, rootfs: str | None, exc: CreateosApiError, deadline: Deadline
+) -> str | None:
+    """For a creation refused (400) with a ``rootfs`` the catalog does not list: what to say,
+    with the names it lists (1 catalog request, on that failure only)."""
+    if exc.status != 400 or rootfs is None:
+        return None
+    try:
+        names = _api.list_rootfs(client._transport, deadline)
+    except CreateosError:  # the catalog cannot help: the service's own refusal stands
+        return None
+    if rootfs in names:
+        return None
+    shown = [name for name in names if token(name, ID) == name][:40]
+    close = difflib.get_close_matches(rootfs, shown, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listed = ", ".join(shown) if shown else "(none listed)"
+    return (
+        f"unknown rootfs {rootfs!r}{hint}: the root file systems are {listed} "
+        "(or give a ready template's id)"
     )
 
 

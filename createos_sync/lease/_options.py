@@ -10,6 +10,7 @@ so that ``help()`` lists them all. A new lease option touches this module only.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType
@@ -30,8 +31,18 @@ DEFAULT_TTL = 900.0
 MIN_TTL = 5.0
 AUTO_PAUSE_RANGE = (60, 86400)
 
-# ``ttl=...`` (the default): 900 s for a sandbox the lease creates or forks, off when attaching.
-Default = EllipsisType
+
+class TtlDefault(enum.Enum):
+    """``ttl``'s default, named so that ``help()`` says what it is: 900 s for a sandbox the
+    lease creates or forks, off when it attaches. ``ttl=...`` means the same."""
+
+    TTL_DEFAULT = "default"
+
+    def __repr__(self) -> str:
+        return f"<TTL_DEFAULT: {DEFAULT_TTL:g} s, off when attaching>"
+
+
+TTL_DEFAULT = TtlDefault.TTL_DEFAULT
 
 
 def check_seconds(name: str, value: object) -> float | None:
@@ -118,9 +129,9 @@ def check_on_exit(value: object) -> OnExit | None:
     return value  # type: ignore[return-value]
 
 
-def _check_ttl(value: object) -> float | Default | None:
-    if value is ...:
-        return ...
+def _check_ttl(value: object) -> float | TtlDefault | None:
+    if value is ... or value is TTL_DEFAULT:
+        return TTL_DEFAULT
     seconds = check_seconds("ttl", value)
     if seconds is not None and seconds < MIN_TTL:
         raise ValueError(f"ttl must be at least {MIN_TTL:g} seconds (or None to turn it off)")
@@ -176,7 +187,7 @@ class LeaseOptions:
     ingress: bool | None = attrs.field(default=False, converter=_check_ingress)
     auto_pause_after: int | None = attrs.field(default=None, converter=check_auto_pause)
     max_lifetime: float | None = attrs.field(default=None, converter=_check_max_lifetime)
-    ttl: float | Default | None = attrs.field(default=..., converter=_check_ttl)
+    ttl: float | TtlDefault | None = attrs.field(default=TTL_DEFAULT, converter=_check_ttl)
     sandbox_id: str | None = attrs.field(default=None, converter=_check_sandbox_id)
     fork_from: str | None = attrs.field(default=None, converter=_check_fork_from)
     start_paused: bool = attrs.field(default=False, converter=_check_flag)
@@ -228,7 +239,7 @@ class LeaseOptions:
 
     @property
     def effective_ttl(self) -> float | None:
-        if self.ttl is ...:
+        if self.ttl is TTL_DEFAULT:
             return DEFAULT_TTL if self.creates else None
         return self.ttl
 
@@ -273,7 +284,7 @@ class LeaseKeywords(TypedDict, total=False):
     ingress: bool | None
     auto_pause_after: int | None
     max_lifetime: float | None
-    ttl: float | EllipsisType | None
+    ttl: float | TtlDefault | EllipsisType | None
     sandbox_id: str | None
     fork_from: str | None
     start_paused: bool
@@ -289,7 +300,9 @@ KEYWORDS_DOC = """\
 Lease keywords (the same for ``cs.lease``, ``Client.lease`` and ``cs.map``):
     shape: the machine shape; falls back to ``CREATEOS_SHAPE``, then
         ``"s-1vcpu-1gb"``.
-    rootfs: a base image (``"ubuntu:24.04"``) or a ready template's id.
+    rootfs: a root file system of the service's catalog (``"ubuntu-24.04"``;
+        one it does not know is refused with the list of its names) or a
+        ready template's id.
     region: where to place the sandbox (the service chooses by default).
     name: a prefix; the sandbox's name is it plus a unique suffix.
     egress: outbound rules (``["pypi.org", "*.github.com", "10.0.0.0/8"]``);

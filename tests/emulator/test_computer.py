@@ -306,3 +306,42 @@ def test_requests_at_once_start_one_desktop(api: Api, emu: Emulator) -> None:
         answers = list(pool.map(lambda _: api.data("GET", path), range(8)))
     assert all([s["screen_id"] for s in a] == ["screen-0"] for a in answers)
     assert len(emu.live_processes()) == 1  # one desktop agent (and its X server, window manager)
+
+
+def _pixel(png: bytes, x: int, y: int) -> tuple[int, ...]:
+    """The RGB of one pixel of a PNG of the agent's making (8-bit RGB, one IDAT chunk)."""
+    import struct
+    import zlib
+
+    width = struct.unpack(">I", png[16:20])[0]
+    length = struct.unpack(">I", png[33:37])[0]
+    raw = zlib.decompress(png[41 : 41 + length])
+    start = y * (1 + width * 3) + 1 + x * 3
+    return tuple(raw[start : start + 3])
+
+
+@needs_desktop
+def test_window_geometry_is_the_client_area_where_screenshots_show_it(box: cs.Lease) -> None:
+    computer = box.computer
+    window = xterm(box)
+    computer.move_window(window, 100, 120)
+    g = computer.window_geometry(window)
+    png = computer.screenshot().png
+    white = (255, 255, 255)  # xterm's background, and its inner border
+    right = g.x + g.width - 3  # away from the prompt and the cursor, at the left
+    assert _pixel(png, right, g.y) == white and _pixel(png, right, g.y + g.height - 1) == white
+    assert _pixel(png, right, g.y - 1) != white  # the frame's title bar, above
+    assert _pixel(png, right, g.y + g.height) != white  # below the window
+    assert _pixel(png, g.x, g.y + 5) == white and _pixel(png, g.x - 1, g.y + 5) != white
+    assert computer.screenshot(window=window).size == (g.width, g.height)
+
+
+@needs_desktop
+def test_an_unknown_key_is_refused_not_ignored(box: cs.Lease) -> None:
+    computer = box.computer
+    with pytest.raises(cs.CreateosApiError, match=r"unknown key .*: keys are X keysym names"):
+        computer.press("nosuchkey")
+    with pytest.raises(cs.CreateosApiError, match=r"unknown key .*: keys are X keysym names"):
+        computer.key_down("shift", "nosuchkey")
+    computer.key_up("shift")
+    computer.press("ctrl", "a")  # names it knows are pressed as before

@@ -23,6 +23,10 @@ def test_a_token_drives_its_sandbox_and_is_refused_for_another(
             with delegated.lease(sandbox_id=mine.id) as box:
                 assert box.run("echo driven by a token").stdout == "driven by a token\n"
                 box.write_file("/workspace/t.txt", b"ok")
+                # It may read its own token's state (never the secret), not make another.
+                assert box.access_token_info().enabled
+                with pytest.raises(cs.CreateosApiError, match="cannot manage tokens"):
+                    box.rotate_access_token()
             with pytest.raises(
                 cs.CreateosApiError, match="HTTP 404 during sandbox lifecycle"
             ) as refused:

@@ -113,8 +113,8 @@ def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
     emulator: Emulator, env: dict[str, str], in_process: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = finish(spawn([*CLI, "run", "--keep", "--", "echo kept"], env))
-    assert (status, out) == (0, "kept\n")
     kept = err.split("keeping sandbox ", 1)[1].split()[0]
+    assert (status, out) == (0, f"{kept}\nkept\n")  # the id first, for ID=$(...)
     assert kept in emulator.live_sandboxes()
     assert not Journal().entries()  # kept on purpose: reap must not touch it
 
@@ -135,12 +135,16 @@ def test_keep_leaves_the_sandbox_and_ls_destroy_manage_it(
     (line,) = [row for row in capsys.readouterr().out.splitlines() if row.startswith(kept)]
     assert line.endswith("orphaned: see `createos-sync reap`")
 
-    assert main(["destroy", kept, "sbx-never-existed"]) == 0
-    assert capsys.readouterr().out == (
-        f"destroyed {kept}\nno such sandbox sbx-never-existed (already gone)\n"
-    )
+    # A typo is not a success (2, as for any name the account does not have); an id known
+    # and gone is (0).
+    assert main(["destroy", kept, "sbx-never-existed"]) == 2
+    out, err = capsys.readouterr()
+    assert out == f"destroyed {kept}\n"
+    assert "no such sandbox sbx-never-existed: never seen here" in err
     assert kept not in emulator.live_sandboxes()
     assert Journal().entries() == []
+    assert main(["destroy", kept]) == 0
+    assert capsys.readouterr().out.startswith(f"{kept} is already gone (")
 
 
 def test_expected_failures_are_one_line_without_traceback(

@@ -51,7 +51,7 @@ def test_template_rm_of_an_unknown_id_says_so(
     emulator: Emulator, env: dict[str, str], client: Client
 ) -> None:
     status, out, err = typed([*CLI, "template", "rm", "tpl-nope"], env)
-    assert (status, out) == (0, "no such template tpl-nope (already gone)\n"), err
+    assert (status, out) == (2, "") and "no such template tpl-nope" in err, err
     assert client.delete_template("tpl-nope") is False  # in Python: gone is fine, and said
 
 
@@ -74,7 +74,7 @@ def test_every_command_works_offline_on_the_standalone_emulator() -> None:
     )
     try:
         read_until(serving, b"recorded in ")
-        record = Path(env["CREATEOS_SYNC_STATE_DIR"]) / "emulator.json"
+        record = Path(env["CREATEOS_SYNC_STATE_DIR"]) / "emulators" / f"{serving.pid}.json"
         assert stat.S_IMODE(record.stat().st_mode) == 0o600  # it holds the key
         status, exports, _ = typed([*CLI, "emulator", "--env"], env)
         assert status == 0 and exports.startswith("export CREATEOS_API_URL=http://127.0.0.1:")
@@ -187,3 +187,10 @@ def test_listings_never_print_the_service_s_escape_sequences() -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_mistyped_subcommand_gets_a_did_you_mean(env: dict[str, str]) -> None:
+    status, out, err = typed([*CLI, "rnu", "--", "true"], env)
+    assert (status, out) == (2, "") and err.splitlines()[0].endswith("; did you mean 'run'?")
+    status, _, err = typed([*CLI, "template", "biuld", "x"], env)
+    assert status == 2 and err.splitlines()[0].endswith("; did you mean 'build'?")

@@ -82,13 +82,18 @@ def test_missing_and_rejected_keys_are_said_in_the_cli_s_own_words(env: dict[str
     assert wrong_key not in err
 
 
-def test_destroy_of_an_unknown_sandbox_says_it_is_gone_and_ls_says_when_empty() -> None:
+def test_destroy_of_an_unknown_sandbox_says_so_and_ls_says_when_empty() -> None:
     with own_emulator() as emu:
         env = emulator_env(emu)
         destroy, ls, templates = run_all(
             [*CLI, "destroy", "sb-typo"], [*CLI, "ls"], [*CLI, "template", "ls"], env=env
         )
-    assert destroy == (0, "no such sandbox sb-typo (already gone)\n", "")
+    # Never seen is not success (issue 37): a typo must not look like a destroy.
+    assert destroy == (
+        2,
+        "",
+        "createos-sync: no such sandbox sb-typo: never seen here (`createos-sync ls` lists them)\n",
+    )
     assert ls == (0, "no sandboxes\n", "")
     assert templates == (0, "no templates\n", "")
 

@@ -27,15 +27,18 @@ def test_run_with_a_disk_keeps_a_cache_between_runs(
 def test_run_on_a_network_by_name_and_bad_specs(env: dict[str, str], client: Client) -> None:
     net = client.create_network("cli-net")
     try:
-        joined, unknown, bad_disk, local = run_all(
+        joined, unknown, bad_disk, local, no_disk = run_all(
             [*CLI, "run", "--network", "cli-net", "--", "true"],
             [*CLI, "run", "--network", "nope", "--", "true"],
             [*CLI, "run", "--disk", "cache:relative/path", "--", "true"],
             [*CLI, "run", "--local", "--disk", "cache:/mnt", "--", "true"],
+            [*CLI, "run", "--disk", "nope:/mnt", "--", "true"],
             env=env,
         )
         assert joined[0] == 0
-        assert unknown[0] == 2 and "no network is named 'nope'" in unknown[2]
+        # One rule for whatever the account does not have: 2, one line naming it.
+        assert unknown[0] == 2 and "no network is named 'nope'\n" in unknown[2]
+        assert no_disk[0] == 2 and "no disk is named 'nope'\n" in no_disk[2]
         assert bad_disk[0] == 2 and "mount_path" in bad_disk[2]
         assert local[0] == 2 and "--local" in local[2]
     finally:

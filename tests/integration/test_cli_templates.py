@@ -36,10 +36,11 @@ def test_template_build_ls_run_on_it_and_rm(
 
     status, out, err = failed
     assert status == 1
-    assert "about to fail" in out  # streamed live ...
-    assert err.rstrip().endswith("| build failed")  # ... and its tail in the error
-    assert "RUN failed (exit code 7)" in err
-    assert missing[0] == 2 and "cannot read" in missing[2]
+    assert "about to fail" in out  # streamed live, once: the error points at it
+    assert "RUN failed (exit code 7)" not in err and "about to fail" not in err
+    assert "failed to build: its log is above; delete it with" in err
+    nowhere = tmp_path / "nowhere"
+    assert missing[0] == 2 and f"cannot read the Dockerfile {nowhere}: " in missing[2]
 
     listed, on_template, table = run_all(
         [*CLI, "template", "ls", "--json"],

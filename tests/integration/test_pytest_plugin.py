@@ -186,3 +186,60 @@ def test_an_unrelated_suite_passes_and_the_fixtures_work_without_xdist(
     shutil.copy(EXAMPLE, tmp_path)
     status, out = pytest_run(tmp_path, *plugins, EXAMPLE.name)
     assert status == 0 and "4 passed" in out, out
+
+
+def test_an_unrelated_run_loads_nothing_of_the_sdk(tmp_path: Path) -> None:
+    # The plugin is loaded (its options are there) and imports no part of the SDK.
+    project = sample(
+        tmp_path,
+        """
+        import sys
+
+        def test_unrelated(pytestconfig):
+            assert pytestconfig.getoption("createos") == "local"
+            assert [m for m in sys.modules if m.startswith("createos_sync.")] == []
+            assert "createos_sync" not in sys.modules and "requests" not in sys.modules
+        """,
+    )
+    status, out = pytest_run(project)
+    assert status == 0 and "1 passed" in out, out
+
+
+def test_a_fixture_used_loads_the_sdk_then(tmp_path: Path) -> None:
+    project = sample(
+        tmp_path,
+        """
+        import sys
+
+        def test_first():
+            # Collection saw a test using a fixture: the leak watch started with it.
+            assert "createos_sync.pytest_plugin" in sys.modules
+
+        def test_uses(createos_client):
+            assert createos_client.shapes()
+        """,
+    )
+    status, out = pytest_run(project)
+    assert status == 0 and "2 passed" in out, out
+
+
+def test_local_points_both_families_of_names_at_the_emulator(tmp_path: Path) -> None:
+    project = sample(
+        tmp_path,
+        """
+        import os
+
+        def test_names(createos_client):
+            url, key = createos_client.config.base_url, createos_client.config.api_key
+            assert os.environ["CREATEOS_SANDBOX_BASE_URL"] == os.environ["CREATEOS_API_URL"]
+            assert os.environ["CREATEOS_SANDBOX_BASE_URL"].rstrip("/") == url
+            assert os.environ["CREATEOS_SANDBOX_API_KEY"] == os.environ["CREATEOS_API_KEY"] == key
+        """,
+    )
+    # An official client's production settings must not survive into the session.
+    status, out = pytest_run(
+        project,
+        CREATEOS_SANDBOX_BASE_URL="https://api.sb.createos.sh",
+        CREATEOS_SANDBOX_API_KEY="k-production-0123456789",
+    )
+    assert status == 0 and "1 passed" in out, out

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import createos_sync as cs
 from createos_sync._commands.follow import Follower
+from createos_sync._commands.output import Output
 from createos_sync._wire.answers import decode_envelope
 from createos_sync._wire.deadline import Deadline
 from createos_sync._wire.ndjson import MAX_LINE_BYTES, Exit
@@ -132,17 +133,25 @@ def split(body: bytes, offsets: list[int]) -> list[bytes]:
 
 
 class Collected:
+    """What the follower keeps, fed to an ``Output`` and decoded live as a callback sees it."""
+
     def __init__(self) -> None:
         self.text = {"stdout": "", "stderr": ""}
+        self.output = Output(0, sinks=(self.take,))
 
-    def __call__(self, stream: str, text: str) -> None:
+    def take(self, stream: str, text: str) -> None:
         self.text[stream] += text
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        self.output.write(stream, data)
 
 
 def follow(journal: FakeJournal) -> tuple[Exit | None, Collected]:
     got = Collected()
     follower = Follower(journal.open, got, sleep=lambda seconds: None)
-    return follower.follow(Deadline.after(60)), got
+    exit_frame = follower.follow(Deadline.after(60))
+    got.output.end()
+    return exit_frame, got
 
 
 def expected_text(frames: list[Frame]) -> dict[str, str]:

@@ -248,3 +248,13 @@ def test_a_client_refuses_plain_http_to_names_that_only_look_local(url: str) -> 
 def test_127_0_0_2_is_another_service_than_127_0_0_1() -> None:
     assert service_key("http://127.0.0.2:8080") != service_key("http://127.0.0.1:8080")
     assert service_key("http://localhost:8080") == service_key("http://127.0.0.1:8080")
+
+
+def test_the_official_clients_key_name_is_read_after_ours() -> None:
+    env = {"CREATEOS_SANDBOX_API_KEY": "k-official", "CREATEOS_SANDBOX_BASE_URL": "http://[::1]:9"}
+    config = Config.resolve(environ=env)
+    assert (config.api_key, config.base_url) == ("k-official", "http://[::1]:9")
+    config = Config.resolve(environ={**env, "CREATEOS_API_KEY": "k-ours", "CREATEOS_API_URL": ""})
+    assert config.api_key == "k-ours"
+    with pytest.raises(ConfigError, match="no API key"):
+        Config.resolve(environ={"CREATEOS_SANDBOX_API_KEY": "  "})

@@ -113,6 +113,25 @@ def test_disks_networks_and_ssh_keys_survive_evolve() -> None:
     options = LeaseOptions(disks={"/mnt/a": "cache"}, networks=["net_1"], ssh_keys=[key])
     again = attrs.evolve(options, name="x")
     assert (again.disks, again.networks, again.ssh_keys) == (
-        (("/mnt/a", "cache"),), ("net_1",), (key,)
+        (("/mnt/a", "cache"),),
+        ("net_1",),
+        (key,),
     )
     assert attrs.evolve(LeaseOptions(), name="y").disks == ()
+
+
+def test_help_names_the_ttl_default_and_a_rootfs_the_catalog_has() -> None:
+    import pydoc
+
+    import createos_sync as cs
+    from createos_sync.lease._options import TTL_DEFAULT
+
+    for surface in (cs.lease, cs.Client.lease, cs.Lease.fork, cs.map):
+        text = pydoc.render_doc(surface, renderer=pydoc.plaintext)
+        assert "= Ellipsis" not in text and "ubuntu:24.04" not in text
+        assert "= <TTL_DEFAULT: 900 s, off when attaching>" in text
+    assert '"ubuntu-24.04"' in pydoc.render_doc(cs.lease, renderer=pydoc.plaintext)
+    # ttl=... (the contract's spelling) and the named default are the same choice.
+    for given in (..., TTL_DEFAULT):
+        assert LeaseOptions(ttl=given).effective_ttl == DEFAULT_TTL
+        assert LeaseOptions(ttl=given, sandbox_id="sb-1").effective_ttl is None

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from createos_sync._commands.output import Capture, TailBuffer, fan_out
+from createos_sync._commands.output import ByteTail, Capture, Output, TailBuffer, fan_out
 
 TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 # Any bytes at all: valid UTF-8 cut anywhere, lone continuation bytes, overlong and
@@ -122,3 +122,56 @@ def test_fan_out_calls_every_sink_in_order() -> None:
     deliver("stdout", "x")
     assert seen == [("a", "stdout", "x"), ("b", "stdout", "x")]
     assert fan_out(None, None) is None
+
+
+@given(st.lists(BYTES, max_size=60), st.integers(0, 120))
+def test_byte_tail_keeps_exactly_the_last_bytes(writes: list[bytes], limit: int) -> None:
+    class Buffer(ByteTail):
+        BATCH = 3  # reach the trimming of the front with tiny examples
+
+    buffer = Buffer(limit)
+    for data in writes:
+        buffer.write(data)
+        assert buffer.held <= 2 * limit + 3 + len(data)
+    whole = b"".join(writes)
+    assert buffer.getvalue() == (whole[len(whole) - limit :] if len(whole) > limit else whole)
+    assert buffer.truncated == (len(whole) > limit)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), BYTES), max_size=30))
+def test_output_decodes_each_stream_incrementally_for_live_sinks(
+    frames: list[tuple[str, bytes]],
+) -> None:
+    seen: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    output = Output(1 << 20, sinks=(lambda s, t: seen[s].append(t),))
+    for stream, data in frames:
+        output.write(stream, data)
+    output.end()
+    for name in ("stdout", "stderr"):
+        raw = [data for stream, data in frames if stream == name]
+        assert "".join(seen[name]) == incremental(raw) == b"".join(raw).decode("utf-8", "replace")
+        assert getattr(output, name) == "".join(seen[name])
+
+
+@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), BYTES), max_size=30))
+def test_output_without_text_hands_on_and_keeps_the_bytes(
+    frames: list[tuple[str, bytes]],
+) -> None:
+    seen: list[tuple[str, bytes]] = []
+    output = Output(1 << 20, text=False, sinks=(lambda s, b: seen.append((s, b)), None))
+    for stream, data in frames:
+        output.write(stream, data)
+    output.end()
+    assert seen == [(stream, data) for stream, data in frames if data]
+    for name in ("stdout", "stderr"):
+        assert getattr(output, name) == b"".join(d for s, d in frames if s == name)
+
+
+def test_output_sees_a_character_split_across_frames_whole() -> None:
+    seen: list[str] = []
+    output = Output(10, sinks=(lambda s, t: seen.append(t),))
+    for byte in "€".encode():
+        output.write("stdout", bytes([byte]))
+    output.write("stdout", b"\xe2")
+    output.end()
+    assert seen == ["€", "\ufffd"]

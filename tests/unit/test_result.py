@@ -9,7 +9,7 @@ import createos_sync as cs
 from createos_sync import RunResult
 
 
-def result(**kw: object) -> RunResult:
+def result(**kw: object) -> RunResult[str]:
     base: dict[str, object] = {
         "args": "echo hi",
         "exit_code": 0,
@@ -92,3 +92,16 @@ def test_failure_message_shows_the_stdout_tail_too_each_stream_labelled() -> Non
         result(exit_code=2, stdout="1 failed\n", stderr="warning: slow\n").check()
     tails = ["stdout:", "  1 failed", "stderr:", "  warning: slow"]
     assert str(both.value).splitlines()[1:] == tails
+
+
+def test_a_timed_out_result_shows_the_timeout_it_reached() -> None:
+    # The default timeout (300 s) does not raise: the repr is where a user sees it stopped.
+    shown = repr(result(exit_code=None, timed_out=True, timeout=300.0))
+    assert "timed_out=True (timeout=300s)" in shown
+    assert "timed_out=True," in repr(result(exit_code=None, timed_out=True))
+
+
+def test_a_bytes_result_counts_bytes() -> None:
+    shown = repr(result(stdout=b"\xff\x00", stderr=b""))
+    assert "stdout=<2 bytes>, stderr=<0 bytes>" in shown
+    assert "(2 bytes)" in result(stdout=b"\xff\x00")._repr_html_()

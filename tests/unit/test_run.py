@@ -61,6 +61,41 @@ def test_stdout_and_stderr_are_separated_and_decoded_across_frames(
     assert seen == [("stdout", "a"), ("stderr", "oops\n"), ("stdout", "☃b\n")]
 
 
+# Not UTF-8 at all, a NUL, and a character split across frames: text=False keeps each byte.
+BINARY = [b"\xff\xfe\x00\x01", "☃".encode()[:1], "☃".encode()[1:] + b"\x80"]
+
+
+def test_text_false_gives_the_exact_bytes_to_the_result_and_the_callback(
+    box: Any, service: Service
+) -> None:
+    service.run(
+        *(data(i + 1, chunk) for i, chunk in enumerate(BINARY)),
+        data(4, b"\xc3", "stderr"),
+        exit_frame(0),
+    )
+    seen: list[tuple[str, bytes]] = []
+    result = box.run("x", text=False, on_output=lambda s, b: seen.append((s, b)))
+    assert result.stdout == b"".join(BINARY) and result.stderr == b"\xc3"
+    assert seen == [("stdout", chunk) for chunk in BINARY] + [("stderr", b"\xc3")]
+    assert "stdout=<8 bytes>" in repr(result)
+
+
+def test_text_false_max_output_counts_bytes(box: Any, service: Service) -> None:
+    service.run(data(1, "ééé".encode()), exit_frame(0))
+    result = box.run("x", text=False, max_output=3)
+    assert result.stdout == "ééé".encode()[-3:] and result.truncated
+
+
+def test_text_mode_replaces_what_is_not_utf8(box: Any, service: Service) -> None:
+    service.run(*(data(i + 1, chunk) for i, chunk in enumerate(BINARY)), exit_frame(0))
+    assert box.run("x").stdout == "\ufffd\ufffd\x00\x01☃\ufffd"
+
+
+def test_text_must_be_a_bool(box: Any) -> None:
+    with pytest.raises(TypeError, match="text must be True or False"):
+        box.run("x", text="yes")
+
+
 def test_signal_exit_has_no_exit_code(box: Any, service: Service) -> None:
     service.run(exit_frame(None, "SIGKILL"))
     result = box.run("kill -9 $$")
@@ -432,3 +467,10 @@ def test_a_hostile_stream_error_code_is_a_placeholder(box: Any, service: Service
     with pytest.raises(cs.ProtocolError) as caught:
         box.run("x")
     assert "SECRET" not in str(caught.value) and "(unrecognised)" in str(caught.value)
+
+
+def test_a_failed_bytes_command_shows_its_output_decoded(box: Any, service: Service) -> None:
+    service.run(data(1, b"\xffboom\n", "stderr"), exit_frame(2))
+    with pytest.raises(cs.CommandFailed, match="stderr:\n  \ufffdboom") as caught:
+        box.run("x", text=False, check=True)
+    assert caught.value.result.stderr == b"\xffboom\n"

@@ -46,6 +46,7 @@ TOOLS = {
     "openbox": "openbox",
     "xdotool": "xdotool",
     "wmctrl": "wmctrl",
+    "xwininfo": "x11-utils",  # window geometry as screenshots see it
     "xclip": "xclip",
     "xterm": "xterm",  # the image's terminal: what a user launches first
     "python3": "python3",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -103,9 +104,13 @@ class Screen:
             if settle is not None:
                 return ""
             raise Refused(504, f"{argv[0]} did not answer") from None
+        said = done.stderr.decode("utf-8", "replace")
         if done.returncode != 0:
-            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            lines = said.strip().splitlines()
             raise Refused(400, f"{argv[0]} failed: {lines[-1][:200] if lines else 'no message'}")
+        unknown = re.search(r"No such key name '([^']{0,64})'", said)  # xdotool skips it
+        if unknown is not None:
+            raise Refused(400, f"unknown key {unknown[1]!r}: keys are X keysym names (Return, a)")
         return done.stdout.decode("utf-8", "replace")
 
     def to_json(self) -> dict[str, Any]:
@@ -380,9 +385,11 @@ class Desktop:
         return listed[window]
 
     def geometry(self, screen: Screen, window: str) -> dict[str, Any]:
+        """The client area as screenshots see it (xdotool's is the title bar's height low)."""
         self.window(screen, window)
-        values = _numbers(screen.run("xdotool", "getwindowgeometry", "--shell", window))
-        names = {"x": "X", "y": "Y", "width": "WIDTH", "height": "HEIGHT"}
+        values = _numbers(screen.run("xwininfo", "-id", window), ":")
+        names = {"x": "Absolute upper-left X", "y": "Absolute upper-left Y"}
+        names |= {"width": "Width", "height": "Height"}
         return {"id": window, **{k: values[v] for k, v in names.items()}, "screen": 0}
 
     # screens
@@ -455,12 +462,12 @@ def _keysym(key: str) -> str:
     return "+".join(KEY_ALIASES.get(part.lower(), part) for part in key.split("+"))
 
 
-def _numbers(text: str) -> dict[str, int]:
-    """The integer variables of xdotool's ``--shell`` output."""
+def _numbers(text: str, separator: str = "=") -> dict[str, int]:
+    """The integer variables of xdotool's ``--shell`` output (``Name: 3`` of xwininfo's)."""
     values = {}
     for line in text.splitlines():
-        name, _, value = line.partition("=")
-        if value.lstrip("-").isdigit():
+        name, _, value = line.strip().partition(separator)
+        if value.strip().lstrip("-").isdigit():
             values[name] = int(value)
     return values
 

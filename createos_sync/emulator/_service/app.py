@@ -121,9 +121,8 @@ ROUTES = (
 PUBLIC = frozenset({"healthz", "shapes", "rootfs"})
 # A sandbox access token may not mint keys (the account's key manages them), nor make a
 # sandbox: a fork would be one that no lease or journal knows and the token cannot destroy.
-NOT_FOR_TOKENS = frozenset(
-    {"token.create", "token.rotate", "token.get", "token.delete", "sandbox.fork"}
-)
+# It reads what its own sandbox's token is (its hint, never the secret).
+NOT_FOR_TOKENS = frozenset({"token.create", "token.rotate", "token.delete", "sandbox.fork"})
 ACCOUNT = "account"
 
 Handler = Callable[..., Response]
@@ -303,7 +302,9 @@ class App:
         sandbox_id = None if admin or not given else self._access.sandbox_of(given)
         if sandbox_id is None:
             raise ApiError(401, "missing or invalid API key")
-        if "sandbox_id" not in args or operation in NOT_FOR_TOKENS:
+        if operation in NOT_FOR_TOKENS:
+            raise ApiError(403, "a sandbox access token cannot manage tokens: use the account key")
+        if "sandbox_id" not in args:
             raise ApiError(403, "a sandbox access token acts on its own sandbox only")
         if args["sandbox_id"] != sandbox_id:
             raise ApiError(404, "sandbox not found")
