@@ -37,7 +37,7 @@ class ProcessApi:
         size = None if body.get("pty") is None else _size(body["pty"])
         process = self._store.new_process("process", command, size=size)
         self._store.spawn(sandbox_id, process)
-        return success(process.to_json(), 201)
+        return success(process.to_json())
 
     def list(self, request: Request, sandbox_id: str) -> Response:
         processes = list(self._store.live(sandbox_id).processes.values())

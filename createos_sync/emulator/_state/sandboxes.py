@@ -38,6 +38,7 @@ from .._wire import ApiError
 from .sandbox import ForkChanges, LiveProcess, Sandbox, SandboxSpec
 
 TICK = 1.0
+NAME_TAKEN = "name is already used by a live sandbox"
 
 
 class SandboxStore:
@@ -127,7 +128,11 @@ class SandboxStore:
     # -- lifecycle ---------------------------------------------------------
 
     def create(self, spec: SandboxSpec, seed: Path | None = None) -> Sandbox:
-        """A new sandbox; ``seed`` is a template whose storage trees it starts with."""
+        """A new sandbox; ``seed`` is a template whose storage trees it starts with. A name
+        that a live sandbox holds is refused (409), as the service refuses it."""
+        with self._lock:
+            if self._name_taken(spec.name):
+                raise ApiError(409, NAME_TAKEN)
         sandbox = self._new(spec)
         sandbox.storage.create()
         if seed is not None:
@@ -197,8 +202,23 @@ class SandboxStore:
             sandbox.storage.remove()
             raise
         with self._lock:
-            self._sandboxes[sandbox.id] = sandbox
+            taken = self._name_taken(sandbox.spec.name)
+            if not taken:
+                self._sandboxes[sandbox.id] = sandbox
+        if taken:  # another creation won the name meanwhile
+            self._release_net(sandbox)
+            self.isolation.release(sandbox.storage)
+            sandbox.storage.remove()
+            raise ApiError(409, NAME_TAKEN)
         return sandbox
+
+    def _name_taken(self, name: str | None) -> bool:
+        """Whether a sandbox not yet destroyed holds ``name`` (a ``destroying`` one still
+        does, as on the service); the caller holds ``_lock``."""
+        return name is not None and any(
+            s.spec.name == name and s.settle() not in ("destroyed", "failed")
+            for s in self._sandboxes.values()
+        )
 
     def _release_net(self, sandbox: Sandbox) -> None:
         with sandbox.lock:
