@@ -207,14 +207,16 @@ def test_an_answer_has_the_status_its_transition_began_with(
 def test_egress_rules_are_stored(api: Api) -> None:
     sandbox_id = api.sandbox(egress=["pypi.org", "10.0.0.0/8"])
     path = f"/v1/sandboxes/{sandbox_id}/egress"
-    assert api.data("GET", path) == {"egress": ["pypi.org", "10.0.0.0/8"]}
-    assert api.data("PUT", path, json={"egress": ["*.github.com"]}) == {"egress": ["*.github.com"]}
+    view = {"id": sandbox_id}  # the egress view carries the sandbox's id, as on the service
+    assert api.data("GET", path) == {**view, "egress": ["pypi.org", "10.0.0.0/8"]}
+    changed = api.data("PUT", path, json={"egress": ["*.github.com"]})
+    assert changed == {**view, "egress": ["*.github.com"]}
     assert api.data("GET", f"/v1/sandboxes/{sandbox_id}")["egress"] == ["*.github.com"]
-    assert api.data("PUT", path, json={"egress": []}) == {"egress": []}
-    assert api.data("GET", path) == {"egress": []}
+    assert api.data("PUT", path, json={"egress": []}) == {**view, "egress": []}
+    assert api.data("GET", path) == {**view, "egress": []}
     for bad in (1, "pypi.org", [{"allow": "pypi.org"}], [""], ["a b"]):
         assert api.call("PUT", path, json={"egress": bad}).status_code == 400
-    assert api.data("GET", path) == {"egress": []}
+    assert api.data("GET", path) == {**view, "egress": []}
 
 
 def test_idle_sandbox_is_paused_by_itself(tmp_path: Path) -> None:

@@ -153,15 +153,20 @@ async function loadFlows(sdk) {
 
   flow("pause-resume", async (k) => {
     const box = await k.box();
-    await k.sh(box, "nohup sleep 300 >/dev/null 2>&1 & echo $! > /tmp/sleeper");
+    // A counter an exec leaves running: it must stop while paused and go on after.
+    await k.sh(box, "nohup bash -c 'while :; do echo t >> /tmp/ticks; sleep 0.05; done' >/dev/null 2>&1 &");
+    const ticks = async () => Number((await k.sh(box, "wc -l < /tmp/ticks")).trim());
+    await sleep(300);
+    check(await ticks() > 0, "the counter runs after its exec answered");
     await box.pause();
     await box.waitUntilPaused({ timeoutMs: 30_000 });
     check(box.status === "paused", "paused");
     await rejects(box.runCommand("true"), E.CreateosSandboxValidationError, "exec while paused");
     await box.resume();
     await box.waitUntilRunning({ timeoutMs: 30_000 });
-    const alive = await k.sh(box, 'kill -0 "$(cat /tmp/sleeper)" && echo alive');
-    check(alive === "alive\n", "a background process lives through pause and resume");
+    const resumed = await ticks();
+    await sleep(300);
+    check(await ticks() > resumed, "a background process lives through pause and resume");
   });
 
   flow("background-server", async (k) => {

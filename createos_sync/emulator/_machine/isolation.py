@@ -15,6 +15,11 @@ system directories are a writable layer instead of read-only binds: what a
 command writes anywhere is kept in the sandbox's storage, forks copy it, and
 templates are made of it. Without it they stay read-only, as before.
 
+Run as root, the emulator gives sandboxes a user namespace with users in it
+(``userns``): root there can add users and run commands as them, with that
+namespace's capabilities alone; elsewhere root keeps no capability and is
+alone in its namespace.
+
 Plain mode (no bubblewrap) runs the command under ``reporter --subreaper``,
 which keeps every descendant in the tree and reports the exact wait status.
 It moves the working directory, HOME and TMPDIR into the sandbox's storage,
@@ -45,6 +50,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import userns as _userns
 from .layers import Overlays
 from .layers import probe as probe_overlays
 from .storage import MOUNTS, Layered, Storage
@@ -101,6 +107,7 @@ class Launch:
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    fds: tuple[int, ...] = ()  # descriptors the command inherits (a user namespace's)
 
 
 class NoIsolation:
@@ -119,8 +126,10 @@ class NoIsolation:
         status_fds: tuple[int, int],
         *,
         terminal: bool = False,
+        linger: bool = False,
     ) -> Launch:
-        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here)."""
+        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here);
+        it always lingers while the tree lives (``linger`` changes nothing here)."""
         base = {
             "PATH": BASE_PATH,
             "HOME": str(storage.dir("/home/user")),
@@ -182,10 +191,18 @@ class Bubblewrap:
     def reports_wait_status(self) -> bool:
         return self._python is not None
 
-    def __init__(self, executable: str, python: str | None, *, userns: bool = False) -> None:
+    def __init__(
+        self,
+        executable: str,
+        python: str | None,
+        *,
+        userns: bool = False,
+        users: int | None = None,
+    ) -> None:
         self._bwrap = executable
         self._python = python
         self._userns = userns  # root only: root inside a user namespace of its own
+        self._users = users  # root only: a user namespace with users in it (``userns``)
         self.overlays: Overlays | None = None  # set once probed: a writable layer
         self._copies: dict[str, str] = {}
 
@@ -222,6 +239,14 @@ class Bubblewrap:
     def close(self) -> None:
         if self.overlays is not None:
             self.overlays.close()
+        if self._users is not None:
+            os.close(self._users)
+            self._users = None
+
+    @property
+    def has_users(self) -> bool:
+        """Whether root in a sandbox can add users and become them (``userns``)."""
+        return self._users is not None
 
     def launch(
         self,
@@ -232,11 +257,16 @@ class Bubblewrap:
         status_fds: tuple[int, int],
         *,
         terminal: bool = False,
+        linger: bool = False,
     ) -> Launch:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
-        wait status on ``status_fds[1]``."""
+        wait status on ``status_fds[1]``. With ``linger`` (and a reporter: ``lingers``) the
+        namespace outlives the command while anything it started runs."""
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
-        cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
+        if self._users is not None:  # users, and the capabilities of their namespace alone
+            cmd += [*_userns.capability_args(), "--userns", str(self._users)]
+        else:
+            cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
@@ -258,6 +288,7 @@ class Bubblewrap:
             # writes to a second descriptor of the same pipe. For a terminal,
             # it makes the command a session leader owning the pty.
             reporter = [self._python, "-I", "-S", REPORTER_MOUNT]
+            reporter += ["--linger"] if linger else []
             reporter += ["--terminal"] if terminal else []
             reporter += [str(status_fds[1])]
             cmd += ["--ro-bind", REPORTER, REPORTER_MOUNT, "--as-pid-1", "--", *reporter, *argv]
@@ -266,7 +297,8 @@ class Bubblewrap:
             if terminal:  # no reporter: bubblewrap's own session owns the pty
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
-        return Launch(cmd, str(storage.root), {**base, **env})
+        fds = () if self._users is None else (self._users,)
+        return Launch(cmd, str(storage.root), {**base, **env}, fds)
 
 
 def _own_copy(storage: Storage, target: str, text: str) -> Path:
@@ -313,7 +345,7 @@ def _works(bwrap: Bubblewrap) -> bool:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=PROBE_TIMEOUT,
-                pass_fds=(status_w, report_w),
+                pass_fds=(status_w, report_w, *launch.fds),
             )
         except (OSError, subprocess.TimeoutExpired):
             return False
@@ -334,12 +366,19 @@ def choose(mode: str) -> Isolation:
         python = _sandbox_python()
         candidates = []
         userns = (True, False) if os.geteuid() == 0 else (False,)
+        users = _userns.make() if executable is not None else None
         if executable is not None:
             for reporter in (python, None) if python is not None else (None,):
+                if users is not None:
+                    candidates.append(Bubblewrap(executable, reporter, users=users))
                 candidates += [Bubblewrap(executable, reporter, userns=u) for u in userns]
         for bwrap in candidates:
             if _works(bwrap):
-                if os.geteuid() == 0 and not bwrap._userns:
+                if users is not None and not bwrap.has_users:
+                    os.close(users)
+                    log.info("bubblewrap cannot join a user namespace with users here: "
+                             "sandboxed root cannot add users nor become one")  # fmt: skip
+                if os.geteuid() == 0 and not (bwrap._userns or bwrap.has_users):
                     log.info("bubblewrap cannot make user namespaces here: sandboxed root "
                              "keeps the host's uid 0, without any capability")
                 if not bwrap.reports_wait_status:
@@ -356,6 +395,8 @@ def choose(mode: str) -> Isolation:
                         "and templates keep only /workspace, /tmp and /home/user"
                     )
                 return bwrap
+        if users is not None:
+            os.close(users)
         if mode == "bwrap":
             raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
     why = "isolation 'none' was asked for" if mode == "none" else (

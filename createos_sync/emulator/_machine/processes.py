@@ -14,6 +14,14 @@ command's end), and adopts every orphan of the tree until the last one ends.
 A terminal process is the session leader of its pty in both modes (the
 reporter makes it so: see ``_terminal``).
 
+A one-shot exec (``kind`` "exec") lingers: what it starts in the background
+(``nohup server &``, ``setsid``) outlives the command, as on the service,
+and ends when its sandbox is destroyed (``stop``), frozen while it is
+paused. Under bubblewrap its namespace's init (the reporter, ``--linger``)
+stays while the tree lives; without isolation the subreaper always does.
+Managed processes and terminals keep ending their namespace with their
+command under bubblewrap.
+
 Exit status under bubblewrap: the status reporter (``reporter``) gives the
 command's exact wait status. When it cannot run, or was killed before it
 could report, only bubblewrap's own exit code is known: the command's code,
@@ -39,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wire import timestamp
-from .isolation import Isolation
+from .isolation import Bubblewrap, Isolation
 from .journal import Journal
 from .proctree import NamespaceTree, ProcessTree, SubreaperTree, read_stat
 from .storage import Storage
@@ -106,6 +114,7 @@ class ManagedProcess:
         self._stdin: int | None = None
         self._input_seq = 0
         self._namespaced = False
+        self._lingers = False  # the namespace outlives the command (an exec, see above)
 
     # -- start -------------------------------------------------------------
 
@@ -116,9 +125,18 @@ class ManagedProcess:
         # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
         status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
+        linger = self.kind == "exec"
+        reporter = isinstance(isolation, Bubblewrap) and isolation.reports_wait_status
+        self._lingers = linger and reporter
         try:
             launch = isolation.launch(
-                storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
+                storage,
+                [c.cmd, *c.args],
+                c.cwd,
+                c.env,
+                status_fds,
+                terminal=self.size is not None,
+                linger=linger,
             )
             popen = subprocess.Popen(
                 launch.argv,
@@ -128,7 +146,7 @@ class ManagedProcess:
                 stdout=ends.child[1],
                 stderr=ends.child[2],
                 start_new_session=True,
-                pass_fds=status_fds,
+                pass_fds=(*status_fds, *launch.fds),
             )
         except (OSError, FutureTimeout) as exc:  # no command, or no layer to run it in
             ends.close_ours()
@@ -215,6 +233,8 @@ class ManagedProcess:
             status_pipe.close()
             if isinstance(self._tree, SubreaperTree):
                 self._tree.command_ended()
+        elif self._lingers:  # the init reports the command's end, and stays while the tree lives
+            status = status_pipe.until("wait-status")
         else:
             popen.wait()
             status = status_pipe.rest()
@@ -235,7 +255,9 @@ class ManagedProcess:
             self._signal = sig
         self._close_stdin_quietly()
         self._done.set()
-        popen.wait()  # reap the subreaper once the last process of the tree has ended
+        popen.wait()  # reap the subreaper (or bubblewrap) once the tree's last process ended
+        if self._lingers:
+            status_pipe.rest()  # bubblewrap's last line; closes the pipe
 
     def _decode(self, returncode: int, wait_status: Any) -> tuple[int | None, str | None]:
         if isinstance(wait_status, int):

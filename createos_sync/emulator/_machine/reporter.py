@@ -26,6 +26,12 @@ a page of source):
   (``PR_SET_PDEATHSIG``, even after ``kill -9``): it then kills every
   descendant and leaves.
 
+``--linger`` (the first role, first of its options): the init stays after
+reporting, reaping, until the last process of the namespace has ended, so
+that what a one-shot exec left running (``nohup server &``) lives on, as on
+the service, where a sandbox's processes share one PID namespace that ends
+with the sandbox, not with the command.
+
 ``--terminal`` (either role, before STATUS_FD; a terminal process, whose
 stdin is a pty slave): in the child it forks, the command becomes the leader
 of a new session with the terminal as its controlling tty, so that Ctrl-C
@@ -118,6 +124,9 @@ def _exec(argv: list[str], shielded: bool, terminal: bool) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
+    linger = args[0] == "--linger"
+    if linger:
+        args = args[1:]
     subreaper = args[0] == "--subreaper"
     if subreaper:
         _become_subreaper(int(args[1]))
@@ -141,7 +150,7 @@ def main() -> None:
         if child == pid:
             break
     os.write(status_fd, b'{"wait-status": %d}\n' % status)
-    if subreaper:
+    if subreaper or linger:
         os.close(status_fd)
         try:
             while True:  # adopted orphans: the tree lives on until the last one ends

@@ -343,17 +343,24 @@ class SandboxStore:
             raise ApiError(404, "process not found")
         return process
 
-    def end_exec(self, sandbox_id: str, process: ManagedProcess) -> None:
-        """An exec is over (or its client went away): its whole tree ends with it, and
-        the sandbox forgets it. Under bubblewrap its namespace dies with the command;
-        a plain subreaper would keep what it left in the background alive, out of
-        reach of destroy and close, so the tree is killed here in every mode."""
-        process.stop()
+    def end_exec(self, sandbox_id: str, process: ManagedProcess, *, answered: bool) -> None:
+        """An exec is over. Answered (its command ended): what it left running in the
+        background lives on, as on the service, kept in the sandbox's records (unlisted)
+        so that a pause freezes it and a destroy or close kills it. Its client gone
+        before the end: the whole tree ends (exec is not reconnectable). A record whose
+        tree has ended is forgotten, and so are earlier execs' that have ended since."""
+        if not answered:
+            process.stop()
         with self._lock:
             sandbox = self._sandboxes.get(sandbox_id)
-        if sandbox is not None:
+        if sandbox is None:
+            return
+        with sandbox.lock:
+            execs = [p for p in sandbox.processes.values() if p.kind == "exec"]
+        for ended in (p for p in execs if p.done and p.tree_exited()):
+            ended.stop()  # releases its pumps and pipes
             with sandbox.lock:
-                sandbox.processes.pop(process.id, None)
+                sandbox.processes.pop(ended.id, None)
 
     # -- emulator-wide -----------------------------------------------------
 
