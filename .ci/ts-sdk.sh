@@ -12,7 +12,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   exit 0
 fi
 version=$(node -e 'console.log(require("./tests/ts_sdk/package.json").dependencies["@nodeops-createos/sandbox"])')
-dir=${CREATEOS_TS_SDK_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/createos-sync/ts-sdk-$version}
+dir=${XDG_CACHE_HOME:-$HOME/.cache}/createos-sync/ts-sdk-$version  # as tests/ts_sdk finds it
 mkdir -p "$dir"
 cp tests/ts_sdk/package.json "$dir/package.json.new"
 flock "$dir/.lock" bash -c '

@@ -4,8 +4,8 @@
 pins) through the API's flows: creation, exec and streamed exec, files, pause and resume,
 fork, templates, egress, ingress previews, disks, networks, tokens, resize, bandwidth, SSH
 keys, lookup by ip, lists and errors mapped to its own classes. npm installs the SDK into a
-cache directory, never into the source tree (``CREATEOS_TS_SDK_DIR``, by default under
-``~/.cache/createos-sync``): ``.ci/ts-sdk.sh`` does it beside the suite, and this test on
+cache directory, never into the source tree (``$XDG_CACHE_HOME`` or ``~/.cache``, under
+``createos-sync``): ``.ci/ts-sdk.sh`` does it beside the suite, and this test on
 first use otherwise, under the same lock. Without node, the test is skipped.
 """
 
@@ -42,9 +42,6 @@ def sdk_version() -> str:
 
 def sdk_dir() -> Path:
     """Where the pinned SDK is installed (``.ci/ts-sdk.sh`` computes the same place)."""
-    given = os.environ.get("CREATEOS_TS_SDK_DIR")
-    if given:
-        return Path(given)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "createos-sync" / f"ts-sdk-{sdk_version()}"
 
