@@ -126,10 +126,8 @@ class NoIsolation:
         status_fds: tuple[int, int],
         *,
         terminal: bool = False,
-        linger: bool = False,
     ) -> Launch:
-        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here);
-        it always lingers while the tree lives (``linger`` changes nothing here)."""
+        """The subreaper reports on ``status_fds[1]`` (``[0]`` is bubblewrap's: unused here)."""
         base = {
             "PATH": BASE_PATH,
             "HOME": str(storage.dir("/home/user")),
@@ -257,11 +255,10 @@ class Bubblewrap:
         status_fds: tuple[int, int],
         *,
         terminal: bool = False,
-        linger: bool = False,
     ) -> Launch:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
-        wait status on ``status_fds[1]``. With ``linger`` (and a reporter: ``lingers``) the
-        namespace outlives the command while anything it started runs."""
+        wait status on ``status_fds[1]``; the namespace then outlives the command while
+        anything it started runs (without the reporter, bubblewrap's init ends it)."""
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         if self._users is not None:  # users, and the capabilities of their namespace alone
             cmd += [*_userns.capability_args(), "--userns", str(self._users)]
@@ -288,7 +285,6 @@ class Bubblewrap:
             # writes to a second descriptor of the same pipe. For a terminal,
             # it makes the command a session leader owning the pty.
             reporter = [self._python, "-I", "-S", REPORTER_MOUNT]
-            reporter += ["--linger"] if linger else []
             reporter += ["--terminal"] if terminal else []
             reporter += [str(status_fds[1])]
             cmd += ["--ro-bind", REPORTER, REPORTER_MOUNT, "--as-pid-1", "--", *reporter, *argv]

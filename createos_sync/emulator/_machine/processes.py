@@ -14,13 +14,13 @@ command's end), and adopts every orphan of the tree until the last one ends.
 A terminal process is the session leader of its pty in both modes (the
 reporter makes it so: see ``_terminal``).
 
-A one-shot exec (``kind`` "exec") lingers: what it starts in the background
-(``nohup server &``, ``setsid``) outlives the command, as on the service,
-and ends when its sandbox is destroyed (``stop``), frozen while it is
-paused. Under bubblewrap its namespace's init (the reporter, ``--linger``)
-stays while the tree lives; without isolation the subreaper always does.
-Managed processes and terminals keep ending their namespace with their
-command under bubblewrap.
+What a command starts in the background (``nohup server &``, ``setsid``)
+outlives it, as on the service: the leader's end is the command's
+(``leader_exited``, the exit frame), the tree's comes when its last process
+ends (``tree_exited``), a termination, or the sandbox's destruction
+(``stop``); a pause freezes it. Under bubblewrap the namespace's init (the
+reporter) stays while the tree lives; without isolation the subreaper does.
+Without the reporter, bubblewrap's own init ends the tree with the command.
 
 Exit status under bubblewrap: the status reporter (``reporter``) gives the
 command's exact wait status. When it cannot run, or was killed before it
@@ -114,7 +114,7 @@ class ManagedProcess:
         self._stdin: int | None = None
         self._input_seq = 0
         self._namespaced = False
-        self._lingers = False  # the namespace outlives the command (an exec, see above)
+        self._lingers = False  # the namespace outlives the command (see above)
 
     # -- start -------------------------------------------------------------
 
@@ -125,9 +125,7 @@ class ManagedProcess:
         # bubblewrap closes its own status fd in the sandbox: its reporter needs a second.
         status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
-        linger = self.kind == "exec"
-        reporter = isinstance(isolation, Bubblewrap) and isolation.reports_wait_status
-        self._lingers = linger and reporter
+        self._lingers = isinstance(isolation, Bubblewrap) and isolation.reports_wait_status
         try:
             launch = isolation.launch(
                 storage,
@@ -136,7 +134,6 @@ class ManagedProcess:
                 c.env,
                 status_fds,
                 terminal=self.size is not None,
-                linger=linger,
             )
             popen = subprocess.Popen(
                 launch.argv,

@@ -10,8 +10,12 @@ a page of source):
   own init can only pass on 128+N for a command killed by signal N, which
   cannot be told apart from ``exit 128+N``. This one forks and execs the
   command, reaps every orphan as an init must, and writes
-  ``{"wait-status": S}`` to the status fd when the command ends; leaving
-  then ends the namespace, as bubblewrap's init would. As the namespace's
+  ``{"wait-status": S}`` to the status fd when the command ends; it then
+  stays, reaping, until the last process of the namespace has ended, so
+  that what a command left running (``nohup server &``) lives on, as on
+  the service, where a sandbox's processes outlive the command that started
+  them and end with the sandbox (the emulator kills the namespace then;
+  leaving ends it, as bubblewrap's init would). As the namespace's
   init it has no handler for SIGTERM or SIGINT, so the kernel does not
   deliver those from outside: only the command sees them.
 
@@ -25,12 +29,6 @@ a page of source):
   group (``kill 0``) do not end it; the death of the emulator does
   (``PR_SET_PDEATHSIG``, even after ``kill -9``): it then kills every
   descendant and leaves.
-
-``--linger`` (the first role, first of its options): the init stays after
-reporting, reaping, until the last process of the namespace has ended, so
-that what a one-shot exec left running (``nohup server &``) lives on, as on
-the service, where a sandbox's processes share one PID namespace that ends
-with the sandbox, not with the command.
 
 ``--terminal`` (either role, before STATUS_FD; a terminal process, whose
 stdin is a pty slave): in the child it forks, the command becomes the leader
@@ -124,9 +122,6 @@ def _exec(argv: list[str], shielded: bool, terminal: bool) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    linger = args[0] == "--linger"
-    if linger:
-        args = args[1:]
     subreaper = args[0] == "--subreaper"
     if subreaper:
         _become_subreaper(int(args[1]))
@@ -150,13 +145,12 @@ def main() -> None:
         if child == pid:
             break
     os.write(status_fd, b'{"wait-status": %d}\n' % status)
-    if subreaper or linger:
-        os.close(status_fd)
-        try:
-            while True:  # adopted orphans: the tree lives on until the last one ends
-                os.wait()
-        except ChildProcessError:
-            pass
+    os.close(status_fd)
+    try:
+        while True:  # orphans (adopted, or the namespace's): the tree lives until the last ends
+            os.wait()
+    except ChildProcessError:
+        pass
     code = os.waitstatus_to_exitcode(status)
     sys.exit(code if code >= 0 else 128 - code)
 
