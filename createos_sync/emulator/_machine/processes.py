@@ -232,6 +232,9 @@ class ManagedProcess:
                 self._tree.command_ended()
         elif self._lingers:  # the init reports the command's end, and stays while the tree lives
             status = status_pipe.until("wait-status")
+            # A command that left nothing running is wholly gone by its exit frame, as before.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(LINGER)
         else:
             popen.wait()
             status = status_pipe.rest()
