@@ -163,3 +163,36 @@ def test_templates_start_from_the_allowlisted_docker_bases(api: Api) -> None:
     failed_id = api.data("POST", "/v1/templates", json=unknown)["id"]
     failed = f"/v1/templates/{failed_id}"
     wait_until(lambda: api.data("GET", failed)["status"] == "failed", what="refused base")
+
+
+ECHO_PATH = """
+import http.server
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("0.0.0.0", 8124), Echo).serve_forever()
+"""
+
+
+def test_a_path_appended_to_the_preview_url_reaches_that_path(api: Api) -> None:
+    # The TS SDK's examples append "/items/42" to previewUrl(): the service's template has
+    # no trailing slash, the emulator's has one, so the doubled slash means one.
+    sandbox_id = api.sandbox(ingress_enabled=True)
+    files = f"/v1/sandboxes/{sandbox_id}/files"
+    api.data("PUT", files, params={"path": "/workspace/echo.py"}, data=ECHO_PATH.encode())
+    start = {"cmd": "bash", "args": ["-c", "nohup python3 /workspace/echo.py >/dev/null 2>&1 &"]}
+    api.data("POST", f"/v1/sandboxes/{sandbox_id}/exec", json=start)
+    url = api.data("GET", f"/v1/sandboxes/{sandbox_id}")["ingress_url_template"]
+    url = url.replace("<port>", "8124").rstrip("/")
+
+    def seen(path: str) -> str:
+        response = requests.get(url + path, timeout=10)
+        return response.text if response.ok else f"HTTP {response.status_code}"
+
+    wait_until(lambda: seen("/") == "/", what="the echo server")
+    assert seen("/items/42?q=a") == "/items/42?q=a"
+    assert seen("//items") == "/items"  # template + "/items", the template ending in "/"
