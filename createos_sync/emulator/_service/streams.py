@@ -88,9 +88,7 @@ class ExecStream:
     the background then lives on) or not (its tree is ended).
     """
 
-    def __init__(
-        self, reader: Reader, heartbeat: float, on_close: Callable[[bool], None]
-    ) -> None:
+    def __init__(self, reader: Reader, heartbeat: float, on_close: Callable[[bool], None]) -> None:
         self._reader = reader
         self._heartbeat = heartbeat
         self._on_close = on_close
