@@ -3,7 +3,9 @@
 Failures are raised as ``ApiError`` anywhere below the app and turned into one
 envelope shape here: ``fail`` for 4xx, ``error`` for 5xx, as the service
 usually does; the service also answers some 4xx with ``error`` envelopes
-(``{"status": "error", "message": ...}``), which a fault can ask for.
+(``{"status": "error", "message": ...}``), which a fault can ask for. A
+``fail`` says its reason twice, in ``data`` and in ``message``: the official
+TypeScript SDK reads only ``data``, the official Python client only ``message``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def failure(error: ApiError) -> Response:
     else:
         body = {
             "status": "fail",
-            "data": error.data,
+            "data": error.message if error.data is None else error.data,
             "message": error.message,
             "code": error.status,
         }
@@ -56,9 +58,20 @@ def failure(error: ApiError) -> Response:
     return response
 
 
+MAX_PAGE = 500
+
+
 def page(items: list[Any], total: int, limit: int, offset: int) -> dict[str, Any]:
-    """One page of a listing, as the service pages its lists."""
-    return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset}}
+    """One page of a listing, as the service pages its lists (``count``: the items in it)."""
+    pagination = {"total": total, "limit": limit, "offset": offset, "count": len(items)}
+    return {"data": items, "pagination": pagination}
+
+
+def page_window(request: Request, default_limit: int = 100) -> tuple[int, int]:
+    """``limit`` and ``offset`` of a list request; a limit over 500 is clamped to 500, as
+    the service clamps it (the official TypeScript SDK asks for 500 and pages by what came)."""
+    limit = min(query_int(request, "limit", 1, 1 << 62, default_limit), MAX_PAGE)
+    return limit, query_int(request, "offset", 0, 1 << 31, 0)
 
 
 def _json(body: Any, status: int) -> Response:

@@ -223,4 +223,4 @@ def _template(dockerfile: str, force: bool) -> str:
 
 def _name(environment: str) -> str:
     cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in environment)
-    return f"harbor-{cleaned}"[:32]
+    return f"harbor-{cleaned}"[:13]  # a lease's name prefix: the service keeps names to 22

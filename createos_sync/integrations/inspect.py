@@ -359,7 +359,7 @@ def _settings(config: SandboxEnvironmentConfigType | None) -> CreateOSSandboxCon
 def _name(task_name: str) -> str:
     """A sandbox name prefix from the task's name: ``inspect-`` and what the service allows."""
     cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in task_name)
-    return f"inspect-{cleaned}"[:32]
+    return f"inspect-{cleaned}"[:13]  # a lease's name prefix: the service keeps names to 22
 
 
 def _not_executable(stderr: str, program: str) -> bool:

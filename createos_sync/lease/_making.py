@@ -239,7 +239,7 @@ def _make(
     destroys.
     """
     transport = client._transport
-    name = f"{options.name or 'createos-sync'}-{secrets.token_hex(6)}"
+    name = f"{options.name or 'createos-sync'}-{secrets.token_hex(4)}"  # <= 22 characters
     recovery = None
     if fork_of is None:
         body = {**body, "name": name}

@@ -79,11 +79,19 @@ def check_auto_pause(seconds: object) -> int | None:
     return int(seconds)  # type: ignore[call-overload,no-any-return]
 
 
+# The service refuses sandbox names over 22 characters (measured live by the Langflow
+# backend); a lease's name is the prefix, "-" and 8 hex digits (``lease._making``).
+MAX_NAME_PREFIX = 13
+
+
 def _check_name(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > 48:
-        raise ValueError("name must be a non-empty str of at most 48 characters")
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_PREFIX:
+        raise ValueError(
+            f"name must be a non-empty str of at most {MAX_NAME_PREFIX} characters "
+            "(the service keeps sandbox names to 22, and a unique suffix follows it)"
+        )
     if not all(c.isalnum() or c in "-_." for c in value):
         raise ValueError("name may hold letters, digits, '-', '_' and '.' only")
     return value
@@ -304,7 +312,8 @@ Lease keywords (the same for ``cs.lease``, ``Client.lease`` and ``cs.map``):
         one it does not know is refused with the list of its names) or a
         ready template's id.
     region: where to place the sandbox (the service chooses by default).
-    name: a prefix; the sandbox's name is it plus a unique suffix.
+    name: a prefix of at most 13 characters; the sandbox's name is it plus a
+        unique suffix.
     egress: outbound rules (``["pypi.org", "*.github.com", "10.0.0.0/8"]``);
         None allows everything.
     env: variables of the sandbox (fixed at creation).

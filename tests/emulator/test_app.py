@@ -52,7 +52,7 @@ def test_everything_else_needs_the_key(emu: Emulator, key: str | None) -> None:
         assert response.status_code == 401
         assert response.json() == {
             "status": "fail",
-            "data": None,
+            "data": "missing or invalid API key",  # the TS SDK reads data, ours message
             "message": "missing or invalid API key",
             "code": 401,
         }

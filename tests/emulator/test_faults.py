@@ -20,6 +20,8 @@ def test_operation_names_are_the_published_ones() -> None:
     assert sorted(OPERATIONS) == sorted(
         [
             "healthz",
+            "readyz",
+            "hosts",
             "shapes",
             "rootfs",
             "whoami",
@@ -259,7 +261,10 @@ def test_status_faults_carry_their_message_in_either_envelope(api: Api) -> None:
     assert [a.status_code for a in answers] == [400, 402, 503]
     assert answers[0].json() == {"status": "error", "message": "unknown shape", "code": 400}
     assert answers[1].json() == {
-        "status": "fail", "data": None, "message": "payment required", "code": 402
+        "status": "fail",
+        "data": "payment required",
+        "message": "payment required",
+        "code": 402,
     }
     assert answers[2].json() == {"status": "error", "message": "no capacity", "code": 503}
     assert api.emu.live_sandboxes() == []  # 503 means not processed: nothing was created
@@ -269,5 +274,5 @@ def test_trickle_sends_the_real_answer_a_byte_at_a_time(api: Api) -> None:
     api.emu.faults.add(Fault("healthz", trickle=0.01))
     started = time.monotonic()
     body = api.call("GET", "/healthz").content
-    assert json.loads(body) == {"status": "success", "data": {"ok": True}}
+    assert json.loads(body) == {"status": "success", "data": {"up": True}}
     assert time.monotonic() - started >= 0.01 * len(body)

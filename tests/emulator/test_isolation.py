@@ -1,8 +1,9 @@
 """The emulator's isolation, attacked (issue 23): a sandboxed command never changes the host.
 
-Root keeps no capability in bubblewrap (``isolation``): it cannot open a
-host file by handle, remount a read-only bind, or write ``/proc/sys``; each
-sandbox has its own ``resolv.conf`` and ``hosts``. The files API opens paths
+Root keeps only a user namespace's capabilities in bubblewrap (``isolation``,
+``userns``): it adds users and becomes them, but cannot open a host file by
+handle, remount a read-only bind, or write ``/proc/sys``; each sandbox has its
+own ``resolv.conf`` and ``hosts``. The files API opens paths
 beneath the sandbox's tree (``beneath``): a command racing it with a symlink
 to a host directory never makes it write there.
 """
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from createos_sync.emulator import Emulator
+from createos_sync.emulator._machine.isolation import Bubblewrap
+from createos_sync.emulator._machine.userns import SUBORDINATE, SYSTEM_IDS, USER_CAPABILITIES
 
 from ..waiting import wait_until
 from .helpers import Api, output
@@ -83,8 +86,49 @@ def test_root_in_a_sandbox_cannot_open_a_host_file_by_handle(
     assert seen.startswith("refused")
     assert target.read_text() == "host original"
     assert _seen(root_bwrap, sandbox_id, "grep CapEff /proc/self/status").split()[1:] == [
-        "0000000000000000"
+        _expected_capabilities(root_bwrap)
     ]
+
+
+def _expected_capabilities(api: Api) -> str:
+    """CapEff of sandboxed root: its user namespace's ``USER_CAPABILITIES``, or none."""
+    isolation = api.emu._require_store().isolation
+    if not (isinstance(isolation, Bubblewrap) and isolation.has_users):
+        return "0000000000000000"
+    mask = sum(1 << CAPABILITY_BITS[name] for name in USER_CAPABILITIES)
+    return f"{mask:016x}"
+
+
+CAPABILITY_BITS = {  # linux/capability.h
+    "CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4, "CAP_KILL": 5,
+    "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8, "CAP_NET_BIND_SERVICE": 10,
+    "CAP_SYS_CHROOT": 18,
+}  # fmt: skip
+
+
+def test_root_adds_users_and_becomes_them_and_the_host_stays_unchanged(root_bwrap: Api) -> None:
+    """As in a microVM: ``useradd``, ``runuser`` and ``su`` work, file modes hold for the
+    user, and neither the host's accounts nor its files change (issue 38)."""
+    isolation = root_bwrap.emu._require_store().isolation
+    if not (isinstance(isolation, Bubblewrap) and isolation.has_users):
+        pytest.skip("bubblewrap cannot join a user namespace with users here")
+    passwd, shadow = Path("/etc/passwd").read_bytes(), Path("/etc/shadow").read_bytes()
+    sandbox_id = root_bwrap.sandbox()
+    seen = _seen(root_bwrap, sandbox_id,
+                 "useradd -m alice && runuser -u alice -- id -un && su -s /bin/sh alice -c 'id -un'"
+                 " && echo secret > /tmp/only-root && chmod 600 /tmp/only-root"
+                 " && (runuser -u alice -- cat /tmp/only-root 2>/dev/null || echo denied)"
+                 " && runuser -u alice -- touch /home/alice/mine && stat -c %U /home/alice/mine"
+                 " && (runuser -u alice -- touch /etc/x 2>/dev/null || echo denied)"
+                 " && grep -c '^alice:' /etc/passwd")  # fmt: skip
+    assert seen.split() == ["alice", "alice", "denied", "alice", "denied", "1"]
+    assert Path("/etc/passwd").read_bytes() == passwd and Path("/etc/shadow").read_bytes() == shadow
+    assert not Path("/home/alice").exists()
+    # Accounts' ids map to a subordinate range that owns nothing on the host.
+    assert _seen(root_bwrap, sandbox_id, "cat /proc/self/uid_map").split() == [
+        "0", "0", str(SYSTEM_IDS), str(SYSTEM_IDS), str(SUBORDINATE + SYSTEM_IDS),
+        str(65536 - SYSTEM_IDS),
+    ]  # fmt: skip
 
 
 def test_root_cannot_write_proc_sys_nor_remount_a_read_only_bind(root_bwrap: Api) -> None:
@@ -111,13 +155,16 @@ def test_each_sandbox_has_its_own_resolv_conf_and_hosts(root_bwrap: Api) -> None
     assert "192.0.2.1" not in Path("/etc/hosts").read_text()
 
 
-def test_a_template_build_step_runs_without_capabilities(root_bwrap: Api) -> None:
+def test_a_template_build_step_runs_with_its_user_namespace_capabilities_alone(
+    root_bwrap: Api,
+) -> None:
     with root_bwrap.emu.client() as client:
         lines: list[str] = []
         client.build_template(
             "caps", "FROM ubuntu:24.04\nRUN grep CapEff /proc/self/status\n", on_log=lines.append
         )
-    assert any(line.split()[-2:] == ["CapEff:", "0000000000000000"] for line in lines), lines
+    expected = ["CapEff:", _expected_capabilities(root_bwrap)]
+    assert any(line.split()[-2:] == expected for line in lines), lines
 
 
 SWAP = """

@@ -163,19 +163,61 @@ def test_a_process_that_left_the_session_is_still_killed(any_api: Api) -> None:
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-def test_what_an_exec_left_in_the_background_ends_with_it(any_api: Api, streamed: bool) -> None:
-    """As under bubblewrap (the namespace dies with its init), in plain mode too: no
-    orphan of a finished exec outlives it, unseen by destroy and close."""
+def test_what_an_exec_left_in_the_background_outlives_it_until_destroy(
+    any_api: Api, streamed: bool
+) -> None:
+    """As on the service (the official TypeScript SDK's examples start servers with
+    ``nohup ... &`` in an exec, then wait for their port): a finished exec's background
+    process lives on, is frozen while its sandbox is paused, and ends with the sandbox."""
     sandbox_id = any_api.sandbox()
-    orphan = f"sleep {1000 + secrets.randbelow(10**6)}.5"  # no other test's
-    body = {"cmd": "bash", "args": ["-c", f"setsid {orphan} >/dev/null 2>&1 & echo started"]}
+    ticks = any_api.emu.sandbox_path(sandbox_id, "/workspace/ticks")
+    loop = "while :; do echo t >> /workspace/ticks; sleep 0.02; done"
+    script = f"nohup bash -c '{loop}' >/dev/null 2>&1 & echo started"
+    body = {"cmd": "bash", "args": ["-c", script]}
     path = f"/v1/sandboxes/{sandbox_id}/exec"
     if streamed:
         reply = any_api.call("POST", path, params={"stream": "true"}, json=body)
         assert reply.ok and b'"exit_code":0' in reply.content.replace(b" ", b"")
     else:
-        assert any_api.data("POST", path, json=body)["result"]["stdout"] == "started\n"
+        assert any_api.data("POST", path, json=body)["result"]["stdout"].endswith("started\n")
+    grown = _size(ticks)
+    wait_until(lambda: _size(ticks) > grown + 4, what="the background loop after the exec")
+    assert any_api.emu.live_processes()  # kept in the records: destroy and close find it
+    any_api.data("POST", f"/v1/sandboxes/{sandbox_id}/pause")
+    any_api.wait_status(sandbox_id, "paused")
+    frozen = _size(ticks)
+    time.sleep(0.3)
+    assert _size(ticks) == frozen
+    any_api.data("POST", f"/v1/sandboxes/{sandbox_id}/resume")
+    wait_until(lambda: _size(ticks) > frozen, what="ticking again after resume")
+    any_api.data("DELETE", f"/v1/sandboxes/{sandbox_id}")
+    assert any_api.emu.live_processes() == []
+
+
+def test_an_exec_whose_client_left_ends_with_its_background(any_api: Api) -> None:
+    """A streamed exec is not reconnectable: its client gone before the end, its whole
+    tree ends, background included."""
+    sandbox_id = any_api.sandbox()
+    orphan = f"sleep {1000 + secrets.randbelow(10**6)}.5"  # no other test's
+    body = {"cmd": "bash", "args": ["-c", f"setsid {orphan} >/dev/null 2>&1 & exec sleep 1000"]}
+    path = f"/v1/sandboxes/{sandbox_id}/exec"
+    with any_api.call("POST", path, params={"stream": "true"}, json=body, stream=True) as reply:
+        assert reply.ok
+        wait_until(lambda: orphan in _host_commands().values(), what="the orphan")
     wait_until(lambda: orphan not in _host_commands().values(), what="the orphan to end")
+    wait_until(lambda: any_api.emu.live_processes() == [], what="no process left")
+
+
+def test_an_exec_without_background_leaves_no_record(any_api: Api) -> None:
+    sandbox_id = any_api.sandbox()
+    body = {"cmd": "bash", "args": ["-c", "echo done"]}
+    for _ in range(3):
+        any_api.data("POST", f"/v1/sandboxes/{sandbox_id}/exec", json=body)
+    wait_until(lambda: any_api.emu.live_processes() == [], what="no process left")
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 def _host_commands() -> dict[int, str]:

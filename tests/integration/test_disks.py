@@ -42,7 +42,7 @@ def test_attach_and_detach_on_a_running_sandbox_with_a_sub_path(
     with client.lease() as box:
         emulator.clear_request_log()
         box.attach_disk(disk, "/data", sub_path="job-1")
-        assert operations(emulator) == [("disk.attach", 201)]  # 1 request
+        assert operations(emulator) == [("disk.attach", 200)]  # 1 request
         box.write_file("/data/out.txt", b"result")
         emulator.clear_request_log()
         assert box.detach_disk(disk, "/data") is True

@@ -51,7 +51,7 @@ def test_stream_dropped_after_three_frames_is_replayed_without_loss_or_duplicate
         assert sha256(result.stdout) == sha256(expected_out)
         assert sha256(result.stderr) == sha256(expected_err)
         assert operations(emulator) == [
-            ("process.create", 201),
+            ("process.create", 200),
             ("process.connect", 200),  # cut after three data frames
             ("process.stdin_close", 200),
             ("process.connect", 200),  # the same process, from where it stopped
@@ -67,7 +67,7 @@ def test_stream_dropped_before_any_answer_is_reconnected(emulator: Emulator, box
 
     assert (result.stdout, result.stderr) == ("out\n", "err\n")
     assert operations(emulator) == [
-        ("process.create", 201),
+        ("process.create", 200),
         ("process.connect", None),  # connection cut without an answer
         ("process.connect", 200),
         ("process.stdin_close", 200),
@@ -102,7 +102,7 @@ def test_streams_that_keep_dropping_give_up_and_terminate_the_process(
         assert caught.value.operation == "output connection"
         assert processes_of(emulator, box.id) == []
         ops = operations(emulator)
-        assert ops[0] == ("process.create", 201)
+        assert ops[0] == ("process.create", 200)
         assert ("process.delete", 200) in ops
         assert box.run("echo usable").stdout == "usable\n"
     connects = [op for op in ops if op[0] == "process.connect"]
@@ -342,7 +342,7 @@ def test_429_with_retry_after_is_waited_out_and_retried(emulator: Emulator) -> N
         assert waits == [1.0]
         assert operations(emulator) == [
             ("process.create", 429),  # refused before it had any effect: safe to resend
-            ("process.create", 201),
+            ("process.create", 200),
             ("process.connect", 200),
             ("process.stdin_close", 200),
         ]
@@ -364,9 +364,9 @@ def test_answer_delayed_past_the_deadline_raises_and_leaks_nothing(
     assert "too-slow-" in str(caught.value)  # says what is known: none by that name is left
     assert set(emulator.live_sandboxes()) == before
     # The late answer is logged once it is finally sent.
-    wait_until(lambda: ("sandbox.create", 201) in operations(emulator), what="the late answer")
+    wait_until(lambda: ("sandbox.create", 200) in operations(emulator), what="the late answer")
     assert sorted(operations(emulator)) == [
-        ("sandbox.create", 201),
+        ("sandbox.create", 200),
         ("sandbox.delete", 200),  # found by its name and destroyed
         ("sandbox.list", 200),
     ]

@@ -180,4 +180,4 @@ def test_a_fork_refused_with_503_is_sent_again(emulator: Emulator, box: Lease) -
     emulator.clear_request_log()
     with box.fork() as child:
         assert child.status == "running"
-    assert [s for op, s in operations(emulator) if op == "sandbox.fork"] == [503, 201]
+    assert [s for op, s in operations(emulator) if op == "sandbox.fork"] == [503, 200]

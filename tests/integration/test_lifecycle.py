@@ -46,8 +46,8 @@ def test_open_and_close_cost_three_requests_with_no_status_poll(emulator: Emulat
             assert lease.status == "running"
         closed = operations(emulator)[len(opened) :]
 
-    watchdog = [("process.create", 201)]  # the ttl watchdog, once the sandbox runs
-    assert opened == [("sandbox.create", 201), *watchdog]
+    watchdog = [("process.create", 200)]  # the ttl watchdog, once the sandbox runs
+    assert opened == [("sandbox.create", 200), *watchdog]
     assert closed == [("sandbox.delete", 200)]
     assert recorder.sandbox_states == ["running"]  # the creation's answer
     assert sandbox_id not in emulator.live_sandboxes()
@@ -62,12 +62,12 @@ def test_open_and_close_of_an_instantly_running_sandbox_cost_three_requests() ->
         with client.lease() as lease:
             assert lease.status == "running"
         assert operations(emu) == [
-            ("sandbox.create", 201), ("process.create", 201), ("sandbox.delete", 200)
+            ("sandbox.create", 200), ("process.create", 200), ("sandbox.delete", 200)
         ]  # fmt: skip
         emu.clear_request_log()
         with client.lease(ttl=None):
             pass
-        assert operations(emu) == [("sandbox.create", 201), ("sandbox.delete", 200)]
+        assert operations(emu) == [("sandbox.create", 200), ("sandbox.delete", 200)]
 
 
 # --- pause / resume --------------------------------------------------------

@@ -39,7 +39,7 @@ def test_two_sandboxes_exchange_data_over_their_network(
         with client.lease(networks=[net]) as db, client.lease() as app:
             emulator.clear_request_log()
             app.attach_network(net)
-            assert operations(emulator) == [("network.attach", 201)]
+            assert operations(emulator) == [("network.attach", 200)]
             db.write_file("/workspace/db", b"rows: 3")
             db.start(["python3", "-c", SERVER])
             db.wait_for_port(5433)

@@ -371,7 +371,7 @@ def test_run_true_costs_exactly_three_requests(emulator: Emulator, box: Lease) -
     box.run("true", check=True)
 
     assert operations(emulator) == [
-        ("process.create", 201),
+        ("process.create", 200),
         ("process.connect", 200),
         ("process.stdin_close", 200),
     ]
@@ -385,7 +385,7 @@ def test_run_with_stdin_costs_exactly_four_requests(emulator: Emulator, box: Lea
     assert result.stdout == "x"
     assert operations(emulator) == [
         ("file.write", 200),
-        ("process.create", 201),
+        ("process.create", 200),
         ("process.connect", 200),
         ("process.stdin_close", 200),
     ]
@@ -402,7 +402,7 @@ def test_a_command_too_long_for_an_argument_is_staged_as_a_file(
     assert result.stdout == chunk * 16
     assert operations(emulator) == [
         ("file.write", 200),
-        ("process.create", 201),
+        ("process.create", 200),
         ("process.connect", 200),
         ("process.stdin_close", 200),
     ]

@@ -49,8 +49,9 @@ def stream() -> Solver:
         process = await sandbox().exec_remote(
             ["sh", "-c", f"for w in {state.input_text}; do echo $w; done"]
         )
-        words = [event.data.strip() async for event in process if isinstance(event, ExecStdout)]
-        await sandbox().write_file("answer.txt", " ".join(w for w in words if w).upper())
+        chunks = [event.data async for event in process if isinstance(event, ExecStdout)]
+        words = "".join(chunks).split()  # a chunk may hold several lines, or part of one
+        await sandbox().write_file("answer.txt", " ".join(words).upper())
         return state
 
     return solve

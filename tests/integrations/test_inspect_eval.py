@@ -36,21 +36,13 @@ def _environment(emulator: Emulator, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-STREAMING_NEEDS_A_DAEMON = (
-    "exec_remote runs Inspect's injected tools as a server that must outlive the command "
-    "that starts it; the local emulator ends whatever a command leaves running when it "
-    "exits (each command has a PID namespace of its own), so the server is gone at the "
-    "next poll ('No job found'). A CreateOS sandbox is a VM, where it stays."
-)
-
-
 @pytest.mark.parametrize(
     ("task", "samples"),
     [
         ("shouting", 3),
-        pytest.param(
-            "streaming", 1, marks=pytest.mark.xfail(reason=STREAMING_NEEDS_A_DAEMON, strict=True)
-        ),
+        # exec_remote: Inspect's injected tools run as a server that outlives the command
+        # that starts it, as on the service (issue 38).
+        ("streaming", 1),
     ],
 )
 def test_every_sample_is_scored_and_nothing_is_left(

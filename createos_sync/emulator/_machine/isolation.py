@@ -15,6 +15,11 @@ system directories are a writable layer instead of read-only binds: what a
 command writes anywhere is kept in the sandbox's storage, forks copy it, and
 templates are made of it. Without it they stay read-only, as before.
 
+Run as root, the emulator gives sandboxes a user namespace with users in it
+(``userns``): root there can add users and run commands as them, with that
+namespace's capabilities alone; elsewhere root keeps no capability and is
+alone in its namespace.
+
 Plain mode (no bubblewrap) runs the command under ``reporter --subreaper``,
 which keeps every descendant in the tree and reports the exact wait status.
 It moves the working directory, HOME and TMPDIR into the sandbox's storage,
@@ -46,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import userns as _userns
 from .layers import Overlays
 from .layers import probe as probe_overlays
 from .storage import MOUNTS, Layered, Storage
@@ -104,6 +110,7 @@ class Launch:
     cwd: str
     env: dict[str, str]
     fds: tuple[int, ...] = ()
+    kept_fds: tuple[int, ...] = ()  # passed too, never closed: the emulator's user namespace
 
 
 class NoIsolation:
@@ -192,12 +199,20 @@ class Bubblewrap:
     def reports_wait_status(self) -> bool:
         return self._python is not None
 
-    def __init__(self, executable: str, python: str | None, *, userns: bool = False) -> None:
+    def __init__(
+        self,
+        executable: str,
+        python: str | None,
+        *,
+        userns: bool = False,
+        users: int | None = None,
+    ) -> None:
         self._bwrap = executable
         self._python = python
         self._userns = userns  # root only: root inside a user namespace of its own
         # Binds a disk by its descriptor (else by /proc/self/fd/N: the same directory).
         self.bind_fd = _has_bind_fd(executable)
+        self._users = users  # root only: a user namespace with users in it (``userns``)
         self.overlays: Overlays | None = None  # set once probed: a writable layer
         self._copies: dict[str, str] = {}
 
@@ -238,6 +253,14 @@ class Bubblewrap:
     def close(self) -> None:
         if self.overlays is not None:
             self.overlays.close()
+        if self._users is not None:
+            os.close(self._users)
+            self._users = None
+
+    @property
+    def has_users(self) -> bool:
+        """Whether root in a sandbox can add users and become them (``userns``)."""
+        return self._users is not None
 
     def launch(
         self,
@@ -250,8 +273,10 @@ class Bubblewrap:
         terminal: bool = False,
     ) -> Launch:
         """bubblewrap reports the child's pid on ``status_fds[0]``, the reporter the command's
-        wait status on ``status_fds[1]``. Raises SubPathRefused (an OSError) for a disk's
-        sub path swapped for a link: each disk is bound by the descriptor opened beneath it."""
+        wait status on ``status_fds[1]``; the namespace then outlives the command while
+        anything it started runs (without the reporter, bubblewrap's init ends it). Raises
+        SubPathRefused (an OSError) for a disk's sub path swapped for a link: each disk is
+        bound by the descriptor opened beneath it."""
         layered = self.layered(storage)
         for mount in sorted(storage.binds):  # outer ones first: an inner one is made in them
             storage.make_mount_point(mount, layered)
@@ -275,7 +300,10 @@ class Bubblewrap:
         terminal: bool,
     ) -> Launch:
         cmd = [self._bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
-        cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
+        if self._users is not None:  # users, and the capabilities of their namespace alone
+            cmd += [*_userns.capability_args(), "--userns", str(self._users)]
+        else:
+            cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
@@ -307,7 +335,8 @@ class Bubblewrap:
             if terminal:  # no reporter: bubblewrap's own session owns the pty
                 cmd = with_controlling_tty(cmd)
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
-        return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks))
+        kept = () if self._users is None else (self._users,)
+        return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks), kept)
 
 
 @functools.cache
@@ -377,7 +406,7 @@ def _works(bwrap: Bubblewrap) -> bool:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=PROBE_TIMEOUT,
-                pass_fds=(status_w, report_w),
+                pass_fds=(status_w, report_w, *launch.fds, *launch.kept_fds),
             )
         except (OSError, subprocess.TimeoutExpired):
             return False
@@ -398,12 +427,19 @@ def choose(mode: str) -> Isolation:
         python = _sandbox_python()
         candidates = []
         userns = (True, False) if os.geteuid() == 0 else (False,)
+        users = _userns.make() if executable is not None else None
         if executable is not None:
             for reporter in (python, None) if python is not None else (None,):
+                if users is not None:
+                    candidates.append(Bubblewrap(executable, reporter, users=users))
                 candidates += [Bubblewrap(executable, reporter, userns=u) for u in userns]
         for bwrap in candidates:
             if _works(bwrap):
-                if os.geteuid() == 0 and not bwrap._userns:
+                if users is not None and not bwrap.has_users:
+                    os.close(users)
+                    log.info("bubblewrap cannot join a user namespace with users here: "
+                             "sandboxed root cannot add users nor become one")  # fmt: skip
+                if os.geteuid() == 0 and not (bwrap._userns or bwrap.has_users):
                     log.info("bubblewrap cannot make user namespaces here: sandboxed root "
                              "keeps the host's uid 0, without any capability")
                 if not bwrap.reports_wait_status:
@@ -420,6 +456,8 @@ def choose(mode: str) -> Isolation:
                         "and templates keep only /workspace, /tmp and /home/user"
                     )
                 return bwrap
+        if users is not None:
+            os.close(users)
         if mode == "bwrap":
             raise RuntimeError("isolation='bwrap' was asked for, but bubblewrap does not work here")
     why = "isolation 'none' was asked for" if mode == "none" else (

@@ -14,6 +14,14 @@ command's end), and adopts every orphan of the tree until the last one ends.
 A terminal process is the session leader of its pty in both modes (the
 reporter makes it so: see ``_terminal``).
 
+What a command starts in the background (``nohup server &``, ``setsid``)
+outlives it, as on the service: the leader's end is the command's
+(``leader_exited``, the exit frame), the tree's comes when its last process
+ends (``tree_exited``), a termination, or the sandbox's destruction
+(``stop``); a pause freezes it. Under bubblewrap the namespace's init (the
+reporter) stays while the tree lives; without isolation the subreaper does.
+Without the reporter, bubblewrap's own init ends the tree with the command.
+
 Exit status under bubblewrap: the status reporter (``reporter``) gives the
 command's exact wait status. When it cannot run, or was killed before it
 could report, only bubblewrap's own exit code is known: the command's code,
@@ -39,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wire import timestamp
-from .isolation import Isolation
+from .isolation import Bubblewrap, Isolation
 from .journal import Journal
 from .proctree import NamespaceTree, ProcessTree, SubreaperTree, read_stat
 from .storage import Storage
@@ -106,6 +114,7 @@ class ManagedProcess:
         self._stdin: int | None = None
         self._input_seq = 0
         self._namespaced = False
+        self._lingers = False  # the namespace outlives the command (see above)
 
     # -- start -------------------------------------------------------------
 
@@ -117,9 +126,15 @@ class ManagedProcess:
         status_fds = (status_w, os.dup(status_w) if isolation.namespaced else status_w)
         c = self.command
         disks: tuple[int, ...] = ()  # the disks' directories, bound by descriptor
+        self._lingers = isinstance(isolation, Bubblewrap) and isolation.reports_wait_status
         try:
             launch = isolation.launch(
-                storage, [c.cmd, *c.args], c.cwd, c.env, status_fds, terminal=self.size is not None
+                storage,
+                [c.cmd, *c.args],
+                c.cwd,
+                c.env,
+                status_fds,
+                terminal=self.size is not None,
             )
             disks = launch.fds
             popen = subprocess.Popen(
@@ -130,7 +145,7 @@ class ManagedProcess:
                 stdout=ends.child[1],
                 stderr=ends.child[2],
                 start_new_session=True,
-                pass_fds=(*status_fds, *disks),
+                pass_fds=(*status_fds, *disks, *launch.kept_fds),
             )
         except (OSError, FutureTimeout) as exc:  # no command, no layer, a disk refused
             ends.close_ours()
@@ -217,6 +232,11 @@ class ManagedProcess:
             status_pipe.close()
             if isinstance(self._tree, SubreaperTree):
                 self._tree.command_ended()
+        elif self._lingers:  # the init reports the command's end, and stays while the tree lives
+            status = status_pipe.until("wait-status")
+            # A command that left nothing running is wholly gone by its exit frame, as before.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(LINGER)
         else:
             popen.wait()
             status = status_pipe.rest()
@@ -237,7 +257,9 @@ class ManagedProcess:
             self._signal = sig
         self._close_stdin_quietly()
         self._done.set()
-        popen.wait()  # reap the subreaper once the last process of the tree has ended
+        popen.wait()  # reap the subreaper (or bubblewrap) once the tree's last process ended
+        if self._lingers:
+            status_pipe.rest()  # bubblewrap's last line; closes the pipe
 
     def _decode(self, returncode: int, wait_status: Any) -> tuple[int | None, str | None]:
         if isinstance(wait_status, int):

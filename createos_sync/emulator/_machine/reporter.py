@@ -10,8 +10,12 @@ a page of source):
   own init can only pass on 128+N for a command killed by signal N, which
   cannot be told apart from ``exit 128+N``. This one forks and execs the
   command, reaps every orphan as an init must, and writes
-  ``{"wait-status": S}`` to the status fd when the command ends; leaving
-  then ends the namespace, as bubblewrap's init would. As the namespace's
+  ``{"wait-status": S}`` to the status fd when the command ends; it then
+  stays, reaping, until the last process of the namespace has ended, so
+  that what a command left running (``nohup server &``) lives on, as on
+  the service, where a sandbox's processes outlive the command that started
+  them and end with the sandbox (the emulator kills the namespace then;
+  leaving ends it, as bubblewrap's init would). As the namespace's
   init it has no handler for SIGTERM or SIGINT, so the kernel does not
   deliver those from outside: only the command sees them.
 
@@ -141,13 +145,12 @@ def main() -> None:
         if child == pid:
             break
     os.write(status_fd, b'{"wait-status": %d}\n' % status)
-    if subreaper:
-        os.close(status_fd)
-        try:
-            while True:  # adopted orphans: the tree lives on until the last one ends
-                os.wait()
-        except ChildProcessError:
-            pass
+    os.close(status_fd)
+    try:
+        while True:  # orphans (adopted, or the namespace's): the tree lives until the last ends
+            os.wait()
+    except ChildProcessError:
+        pass
     code = os.waitstatus_to_exitcode(status)
     sys.exit(code if code >= 0 else 128 - code)
 

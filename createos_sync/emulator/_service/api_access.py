@@ -22,7 +22,7 @@ class AccessApi:
 
     def token_create(self, request: Request, sandbox_id: str) -> Response:
         self._store.live(sandbox_id)
-        return success(self._access.create(sandbox_id, rotate=False), 201)
+        return success(self._access.create(sandbox_id, rotate=False))
 
     def token_rotate(self, request: Request, sandbox_id: str) -> Response:
         self._store.live(sandbox_id)
@@ -37,11 +37,11 @@ class AccessApi:
         return success(self._access.disable(sandbox_id))
 
     def ssh_keys(self, request: Request, sandbox_id: str) -> Response:
-        self._store.running(sandbox_id)
+        sandbox = self._store.running(sandbox_id)
         keys = text_list(json_body(request), "keys")
         if not keys or not all(SSH_KEY.match(k) for k in keys):
             raise ApiError(400, "keys must be a non-empty list of OpenSSH public keys")
-        return success({"count": self._access.add_keys(sandbox_id, keys)})
+        return success({"count": self._access.add_keys(sandbox, keys)})
 
     def resize(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)

@@ -210,7 +210,7 @@ class ComputerApi:
 
     def screen_create(self, request: Request, sandbox_id: str) -> Response:
         size = _size(json_body(request, optional=True), required=False)
-        return success(self._desktops.ask(sandbox_id, {"op": "screens.create", **size}), 201)
+        return success(self._desktops.ask(sandbox_id, {"op": "screens.create", **size}))
 
     def screen_get(self, request: Request, sandbox_id: str, screen_id: str) -> Response:
         return success(self._screen_op(sandbox_id, screen_id, "screens.get"))

@@ -1,8 +1,9 @@
 """Endpoints for persistent disks: the account's registrations and a sandbox's mounts.
 
-Mounting needs a running sandbox (409 otherwise); it takes the disk's id
-only, and so does detaching (names are not resolved there, as on the
-service). A mount shows in commands started after it.
+Mounting needs a running sandbox (409 otherwise); it takes the disk's id or
+its name (in ``disk_id``, as the service does), while detaching takes the id
+only (names are not resolved there, as on the service). A mount shows in
+commands started after it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from werkzeug.wrappers import Request, Response
 
 from .._state.disks import DiskStore
 from .._state.sandboxes import SandboxStore
-from .._wire import ApiError, json_body, page, query_int, success
+from .._wire import ApiError, json_body, page, page_window, success
 
 
 class DiskApi:
@@ -20,11 +21,10 @@ class DiskApi:
         self._disks = disks
 
     def create(self, request: Request) -> Response:
-        return success(self._disks.register(json_body(request)).to_json(), 201)
+        return success(self._disks.register(json_body(request)).to_json())
 
     def list(self, request: Request) -> Response:
-        limit = query_int(request, "limit", 1, 500, 100)
-        offset = query_int(request, "offset", 0, 1 << 31, 0)
+        limit, offset = page_window(request)
         every = self._disks.all()
         chosen = [d.to_json() for d in every[offset : offset + limit]]
         return success(page(chosen, len(every), limit, offset))
@@ -43,7 +43,7 @@ class DiskApi:
         sandbox = self._store.running(sandbox_id)
         record, path, sub = self._disks.check_mount(json_body(request))
         mount = self._disks.mount(sandbox, record, path, sub)
-        return success({"id": sandbox.id, "disk": mount.to_json()}, 201)
+        return success({"id": sandbox.id, "disk": mount.to_json()})
 
     def mounts(self, request: Request, sandbox_id: str) -> Response:
         self._store.live(sandbox_id)

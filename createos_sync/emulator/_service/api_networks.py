@@ -8,7 +8,7 @@ from werkzeug.wrappers import Request, Response
 
 from .._state.overlays import OverlayStore
 from .._state.sandboxes import SandboxStore
-from .._wire import ApiError, json_body, page, query_int, success, text
+from .._wire import ApiError, json_body, page, page_window, success, text
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 
@@ -22,11 +22,10 @@ class NetworkApi:
         name = text(json_body(request), "name", default="")
         if not NAME.match(name):
             raise ApiError(400, "name must be 1..63 letters, digits, '.', '_' and '-'")
-        return success(self._overlays.to_json(self._overlays.create(name)), 201)
+        return success(self._overlays.to_json(self._overlays.create(name)))
 
     def list(self, request: Request) -> Response:
-        limit = query_int(request, "limit", 1, 500, 100)
-        offset = query_int(request, "offset", 0, 1 << 31, 0)
+        limit, offset = page_window(request)
         every = self._overlays.all()
         chosen = [self._overlays.to_json(n) for n in every[offset : offset + limit]]
         return success(page(chosen, len(every), limit, offset))
@@ -42,7 +41,7 @@ class NetworkApi:
         sandbox = self._store.running(sandbox_id)
         network_id = text(json_body(request), "id", default="")
         ip = self._overlays.join(sandbox, network_id)
-        return success({"id": sandbox.id, "network_id": network_id, "ip": ip}, 201)
+        return success({"id": sandbox.id, "network_id": network_id, "ip": ip})
 
     def detach(self, request: Request, sandbox_id: str, network_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from .._machine.journal import Aborted, End, Expired, Frame, OffsetExpired
+from .._machine.journal import Aborted, End, Expired, Frame, Item, OffsetExpired
 from .._machine.processes import Command, ManagedProcess, StdinClosed
 from .._machine.terminal import MAX_SIDE
 from .._state.sandbox import Sandbox
@@ -37,7 +37,7 @@ class ProcessApi:
         size = None if body.get("pty") is None else _size(body["pty"])
         process = self._store.new_process("process", command, size=size)
         self._store.spawn(sandbox_id, process)
-        return success(process.to_json(), 201)
+        return success(process.to_json())
 
     def list(self, request: Request, sandbox_id: str) -> Response:
         processes = list(self._store.live(sandbox_id).processes.values())
@@ -139,18 +139,22 @@ class ProcessApi:
         threading.Thread(target=_feed, args=(process, stdin), daemon=True).start()
         if streamed:
             stream = ExecStream(
-                reader, self._heartbeat, lambda: self._store.end_exec(sandbox_id, process)
+                reader,
+                self._heartbeat,
+                lambda answered: self._store.end_exec(sandbox_id, process, answered=answered),
             )
             return Response(stream, mimetype=NDJSON, direct_passthrough=True)
         started = time.monotonic()
         output = {"stdout": bytearray(), "stderr": bytearray()}
+        item: Item | None = None
         try:
             while not isinstance(item := reader.next(self._heartbeat), (End, Expired, Aborted)):
                 if isinstance(item, Frame):
                     output[item.stream] += item.data
         finally:
             reader.close()
-            self._store.end_exec(sandbox_id, process)
+            answered = isinstance(item, End)  # its client stayed to the end: background lives
+            self._store.end_exec(sandbox_id, process, answered=answered)
         if isinstance(item, Aborted):
             raise ApiError(409, "the sandbox failed while the command ran")
         if isinstance(item, Expired):  # cannot happen: attached before the start

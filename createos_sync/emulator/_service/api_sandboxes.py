@@ -19,7 +19,14 @@ from werkzeug.wsgi import FileWrapper
 from .._machine.desktop import ROOTFS as DESKTOP_ROOTFS
 from .._machine.desktop import require_tools
 from .._machine.storage import CHUNK, PathRefused
-from .._state.catalog import DEFAULT_ROOTFS, ROOTFS_NAMES, SHAPES, rootfs_json, shapes_json
+from .._state.catalog import (
+    DEFAULT_ROOTFS,
+    ROOTFS_NAMES,
+    SHAPES,
+    hosts_json,
+    rootfs_json,
+    shapes_json,
+)
 from .._state.sandbox import ForkChanges, SandboxSpec
 from .._state.sandboxes import SandboxStore
 from .._state.templates import TemplateStore
@@ -29,7 +36,7 @@ from .._wire import (
     json_body,
     optional_text,
     page,
-    query_int,
+    page_window,
     success,
     text,
     text_list,
@@ -37,6 +44,7 @@ from .._wire import (
 )
 from .attachments import Attachments
 
+MAX_NAME = 22
 STATUSES = (
     "creating", "running", "pausing", "paused", "resuming", "forking",
     "error", "destroying", "destroyed", "failed",
@@ -52,7 +60,15 @@ class SandboxApi:
         self._attached = attached
 
     def healthz(self, request: Request) -> Response:
-        return success({"ok": True})
+        return success({"up": True})
+
+    def readyz(self, request: Request) -> Response:
+        return success({"ready": True})
+
+    def hosts(self, request: Request) -> Response:
+        hosts = hosts_json()
+        limit, offset = page_window(request)
+        return success(page(hosts[offset : offset + limit], len(hosts), limit, offset))
 
     def shapes(self, request: Request) -> Response:
         items = shapes_json()
@@ -78,7 +94,7 @@ class SandboxApi:
             shape=shape,
             rootfs=rootfs,
             region=text(body, "region", default="local"),
-            name=optional_text(body, "name"),
+            name=_name(body),
             disk_mib=integer(body, "disk_mib", 256, 1 << 20, shape.default_disk_mib) or 0,
             envs={**template.env, **envs} if template is not None else envs,
             egress=_rules(body),
@@ -99,12 +115,11 @@ class SandboxApi:
             self._store.destroy(sandbox.id)
             raise
         if keys:
-            self._attached.access.add_keys(sandbox.id, keys)
-        return success(self._store.started(sandbox), 201)
+            self._attached.access.add_keys(sandbox, keys)
+        return success(self._store.started(sandbox))
 
     def list(self, request: Request) -> Response:
-        limit = query_int(request, "limit", 1, 500, 100)
-        offset = query_int(request, "offset", 0, 1 << 31, 0)
+        limit, offset = page_window(request)
         status = request.args.get("status") or None
         if status is not None and status not in STATUSES:
             raise ApiError(400, "unknown status")
@@ -127,14 +142,20 @@ class SandboxApi:
         return success({"user_id": "emulator", "stats": stats})
 
     def delete(self, request: Request, sandbox_id: str) -> Response:
+        """Destroy; a sandbox destroyed before answers 200 with its status, as on the
+        service (the official TypeScript SDK's ``DestroyedResponse``), not 404."""
+        earlier = self._store.get(sandbox_id)
+        status = earlier.settle()
+        if status in ("destroying", "destroyed"):
+            return success({"id": earlier.id, "status": status})
         sandbox = self._store.destroy(sandbox_id)
         return success({"id": sandbox.id, "status": sandbox.began})
 
     def pause(self, request: Request, sandbox_id: str) -> Response:
-        return success(self._store.pause(sandbox_id).answer(), 202)
+        return success(self._store.pause(sandbox_id).answer())
 
     def resume(self, request: Request, sandbox_id: str) -> Response:
-        return success(self._store.resume(sandbox_id).answer(), 202)
+        return success(self._store.resume(sandbox_id).answer())
 
     def fork(self, request: Request, sandbox_id: str) -> Response:
         body = json_body(request, optional=True)
@@ -148,10 +169,10 @@ class SandboxApi:
         quota = integer(body, "bandwidth_quota_bytes", 1, 1 << 53, None)
         sandbox = self._store.fork(sandbox_id, changes)
         if keys:
-            self._attached.access.add_keys(sandbox.id, keys)
+            self._attached.access.add_keys(sandbox, keys)
         if quota is not None:
             self._attached.access.set_quota(sandbox.id, quota)
-        return success(sandbox.answer(), 201)
+        return success(sandbox.answer())
 
     def patch(self, request: Request, sandbox_id: str) -> Response:
         """Change ingress and auto-pause of a live sandbox; answers the sandbox."""
@@ -177,7 +198,7 @@ class SandboxApi:
         sandbox = self._store.live(sandbox_id)
         if request.method == "PUT":
             sandbox.egress = _rules(json_body(request))
-        return success({"egress": sandbox.egress})
+        return success({"id": sandbox.id, "egress": sandbox.egress})
 
     def file_write(self, request: Request, sandbox_id: str) -> Response:
         sandbox = self._store.running(sandbox_id)
@@ -224,6 +245,15 @@ def _rules(body: dict[str, Any]) -> list[str]:
     ):
         raise ApiError(400, "egress must be a list of rule strings (hosts, *.wildcards, CIDRs)")
     return rules
+
+
+def _name(body: dict[str, Any]) -> str | None:
+    """A sandbox name: at most ``MAX_NAME`` characters (the Langflow backend measured the
+    service's limit live); that no live sandbox holds it is checked by the store."""
+    name = optional_text(body, "name")
+    if name is not None and not 1 <= len(name) <= MAX_NAME:
+        raise ApiError(400, f"name must be 1 to {MAX_NAME} characters")
+    return name
 
 
 def _flag(body: dict[str, Any], key: str) -> bool | None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from werkzeug.wrappers import Request, Response
 
 from .._state.templates import MAX_DOCKERFILE, BuildLog, TemplateStore
-from .._wire import ApiError, json_body, optional_text, page, query_int, success, text
+from .._wire import ApiError, json_body, optional_text, page, page_window, query_int, success, text
 
 NDJSON = "application/x-ndjson"
 MAX_NAME = 128
@@ -33,11 +33,10 @@ class TemplateApi:
         if not dockerfile.strip() or len(dockerfile.encode()) > MAX_DOCKERFILE:
             raise ApiError(400, "dockerfile must be non-empty text of at most 256 KiB")
         template = self._templates.submit(name, dockerfile, optional_text(body, "base") or None)
-        return success(template.to_json(), 201)
+        return success(template.to_json())
 
     def list(self, request: Request) -> Response:
-        limit = query_int(request, "limit", 1, 500, 100)
-        offset = query_int(request, "offset", 0, 1 << 31, 0)
+        limit, offset = page_window(request)
         chosen, total = self._templates.page(limit, offset)
         return success(page([t.to_json() for t in chosen], total, limit, offset))
 

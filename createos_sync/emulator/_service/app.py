@@ -59,6 +59,8 @@ PROC = f"{SB}/processes/<process_id>"
 ROUTES = (
     ("/healthz", "GET", "healthz"),
     ("/v1/healthz", "GET", "healthz"),
+    ("/readyz", "GET", "readyz"),
+    ("/v1/hosts", "GET", "hosts"),
     ("/v1/shapes", "GET", "shapes"),
     ("/v1/rootfs", "GET", "rootfs"),
     ("/v1/whoami", "GET", "whoami"),
@@ -118,7 +120,7 @@ ROUTES = (
     ("/_emulator/state", "GET", "admin.state"),
     ("/_emulator/requests", "GET", "admin.requests"),
 )
-PUBLIC = frozenset({"healthz", "shapes", "rootfs"})
+PUBLIC = frozenset({"healthz", "readyz", "shapes", "rootfs"})
 # A sandbox access token may not mint keys (the account's key manages them), nor make a
 # sandbox: a fork would be one that no lease or journal knows and the token cannot destroy.
 # It reads what its own sandbox's token is (its hint, never the secret).
@@ -196,6 +198,8 @@ class App:
         self._delete_process = processes.delete
         self._handlers: dict[str, Handler] = {
             "healthz": sandboxes.healthz,
+            "readyz": sandboxes.readyz,
+            "hosts": sandboxes.hosts,
             "shapes": sandboxes.shapes,
             "rootfs": sandboxes.rootfs,
             "whoami": sandboxes.whoami,

@@ -15,7 +15,7 @@ from typing import Any
 
 OPERATIONS = frozenset(
     {
-        "healthz", "shapes", "rootfs", "whoami",
+        "healthz", "readyz", "hosts", "shapes", "rootfs", "whoami",
         "sandbox.create", "sandbox.list", "sandbox.get", "sandbox.delete", "sandbox.patch",
         "sandbox.pause", "sandbox.resume", "sandbox.fork", "sandbox.egress",
         "file.write", "file.read", "exec",

@@ -123,6 +123,7 @@ class IngressProxy:
             else:
                 sandbox_id, port, target = _split(environ)
                 prefix = f"{PREFIX}{sandbox_id}/{port}"
+            target = _appended(target)
             sandbox = self._sandbox(sandbox_id)
             listener = self._listener(sandbox, port)
         except Refused as refusal:
@@ -448,6 +449,13 @@ def _split(environ: dict[str, Any]) -> tuple[str, int, str]:
         location = f"{PREFIX}{sandbox_id}/{port}/" + (f"?{query}" if mark else "")
         raise Refused(308, "moved", location=location)
     return sandbox_id, port, f"/{tail}" + (f"?{query}" if mark else "")
+
+
+def _appended(target: str) -> str:
+    """``target`` with the slash a client doubled by appending ``/path`` to the preview URL
+    taken out: the service's template has no trailing slash, the emulator's has one (the
+    official TypeScript SDK's examples fetch ``${previewUrl}/items/42``)."""
+    return target[1:] if target.startswith("//") else target
 
 
 def _tokens(header: str | None) -> frozenset[str]:

@@ -84,13 +84,15 @@ class ExecStream:
     """``exec?stream=true``: decoded text lines, heartbeats, then the exit code.
 
     Exec is not reconnectable, so a client that goes away ends the command:
-    ``on_close`` ends its tree.
+    ``on_close`` is told whether the exit line was sent (what the command left in
+    the background then lives on) or not (its tree is ended).
     """
 
-    def __init__(self, reader: Reader, heartbeat: float, on_close: Callable[[], None]) -> None:
+    def __init__(self, reader: Reader, heartbeat: float, on_close: Callable[[bool], None]) -> None:
         self._reader = reader
         self._heartbeat = heartbeat
         self._on_close = on_close
+        self._answered = False
 
     def __iter__(self) -> Iterator[bytes]:
         decoders = {
@@ -113,6 +115,7 @@ class ExecStream:
                 code, error = item.exec_status()
                 if error is not None:
                     yield _line({"error": error})
+                self._answered = True
                 yield _line({"exit_code": code})
                 return
             elif isinstance(item, Aborted):
@@ -123,4 +126,4 @@ class ExecStream:
 
     def close(self) -> None:
         self._reader.close()
-        self._on_close()
+        self._on_close(self._answered)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wire import ApiError, timestamp
+from .sandbox import Sandbox
 
 TOKEN_PREFIX = "sbt_"
 DEFAULT_QUOTA = 100 << 30
@@ -42,7 +43,6 @@ class AccessStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tokens: dict[str, TokenRecord] = {}
-        self.ssh_keys: dict[str, list[str]] = {}
         self._quotas: dict[str, int] = {}
 
     # -- tokens --------------------------------------------------------------
@@ -90,10 +90,11 @@ class AccessStore:
 
     # -- SSH keys and bandwidth ------------------------------------------------
 
-    def add_keys(self, sandbox_id: str, keys: list[str]) -> int:
-        with self._lock:
-            known = self.ssh_keys.setdefault(sandbox_id, [])
-            known.extend(k for k in keys if k not in known)
+    def add_keys(self, sandbox: Sandbox, keys: list[str]) -> int:
+        """Add keys the sandbox does not have yet (its view lists them); how many it has."""
+        with sandbox.lock:
+            known = sandbox.ssh_pubkeys
+            known.extend(k for k in dict.fromkeys(keys) if k not in known)
             return len(known)
 
     def bandwidth(self, sandbox_id: str, add: int = 0) -> dict[str, Any]:
@@ -110,5 +111,4 @@ class AccessStore:
     def forget(self, sandbox_id: str) -> None:
         with self._lock:
             self._tokens.pop(sandbox_id, None)
-            self.ssh_keys.pop(sandbox_id, None)
             self._quotas.pop(sandbox_id, None)

@@ -2,7 +2,8 @@
 
 ``FROM`` picks the base (a root file system of the catalog, or a ready
 template, whose layers and files the build starts from; a catalog base whose
-promise this machine cannot keep is refused, see ``bases``); each ``RUN`` is a
+promise this machine cannot keep is refused, see ``bases``; an allowlisted
+Docker base, ``catalog.DOCKER_BASES``, means the body's ``base``); each ``RUN`` is a
 real process in the scratch sandbox, with the ``ENV``/``ARG`` values and the
 ``WORKDIR`` set so far, in a network of the build's own as a sandbox's
 (``_netns``: private where the emulator gives sandboxes one) but with no
@@ -27,7 +28,7 @@ from .._machine.netns import Network
 from .._machine.processes import Command, StdinClosed
 from .._machine.storage import PathRefused, Storage
 from . import bases
-from .catalog import DEFAULT_ROOTFS, ROOTFS_NAMES
+from .catalog import DEFAULT_ROOTFS, DOCKER_BASES, ROOTFS_NAMES
 from .dockerfile import (
     DockerfileError,
     Instruction,
@@ -114,15 +115,18 @@ class Build:
         """Resolve FROM (or the body's ``base``); set up the scratch storage on it."""
         template = self.template
         named = [from_image(s) for s in steps if s.keyword == "FROM"]
-        image = named[0] if named else (template.requested_base or DEFAULT_ROOTFS)
+        # An allowlisted Docker base is built on the rootfs the body's ``base`` names.
+        docker = bool(named) and named[0] in DOCKER_BASES
+        chosen = named[0] if named and not docker else None
+        image = chosen or template.requested_base or DEFAULT_ROOTFS
         rootfs = _rootfs(image)
-        if named and template.requested_base and _rootfs(template.requested_base) != rootfs:
+        if chosen and template.requested_base and _rootfs(template.requested_base) != rootfs:
             given = template.requested_base[:64]
             raise DockerfileError(steps[0].line, f"FROM {image[:64]} disagrees with base {given}")
         parent = None if rootfs in ROOTFS_NAMES else self.templates.find(rootfs)
         if rootfs not in ROOTFS_NAMES and (parent is None or parent.status != "ready"):
             line = steps[0].line if named else 1
-            known = ", ".join(ROOTFS_NAMES)
+            known = ", ".join((*ROOTFS_NAMES, *DOCKER_BASES))
             raise DockerfileError(
                 line, f"unknown base image {image[:64]!r} (known: {known}, or a ready template)"
             )

@@ -149,12 +149,9 @@ class DiskStore:
         return record
 
     def check_mount(self, body: dict[str, Any]) -> tuple[DiskRecord, str, str]:
-        """The disk (by id only), mount path and sub path a mount request asks for."""
-        disk_id = text(body, "disk_id", default="")
-        with self._lock:
-            record = self._disks.get(disk_id)
-        if record is None:
-            raise ApiError(404, "disk not found (give its disk_ id)")
+        """The disk (by id or name, as the service takes it in ``disk_id``), mount path and
+        sub path a mount request asks for."""
+        record = self.find(text(body, "disk_id", default=""))
         own = (*(mount for mount, _ in MOUNTS), REPORTER_DIR, *self._isolation.copied())
         path = check_mount_path(
             text(body, "mount_path", default=""), own, SYSTEM_DIRS,

@@ -73,6 +73,7 @@ class Sandbox:
     net: Network | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     began: str = ""  # the status the last transition's request answers with
+    ssh_pubkeys: list[str] = field(default_factory=list)
 
     def settle(self) -> str:
         """Finish a transition whose delay has passed; the current status."""
@@ -98,17 +99,22 @@ class Sandbox:
         """
         record = self.to_json()
         if record["status"] != self.began:
-            record.update(status=self.began, paused_at=None)
+            record["status"] = self.began
+            record.pop("paused_at", None)
         return record
 
     def to_json(self) -> dict[str, Any]:
+        """The sandbox view. Fields the service marks ``omitempty`` are left out when they
+        have no value, never null (``name``, ``paused_at``, ``auto_pause_after_seconds``,
+        ``forked_from``, ``ip`` while creating); ``ingress_url_template`` is there only while
+        ingress is on (the official TypeScript SDK relies on both)."""
         status = self.settle()
         spec = self.spec
-        return {
+        view: dict[str, Any] = {
             "id": self.id,
             "name": spec.name,
             "status": status,
-            "ip": self.ip,
+            "ip": None if status == "creating" else self.ip,
             "shape": spec.shape.id,
             "rootfs": spec.rootfs,
             "vcpu": spec.shape.vcpu,
@@ -116,15 +122,17 @@ class Sandbox:
             "disk_mib": spec.disk_mib,
             "spawn_ms": self.spawn_ms,
             "egress": self.egress,
+            "envs": sorted(spec.envs),  # the names only, never the values
+            "ssh_pubkeys": list(self.ssh_pubkeys),
             "region": spec.region,
             "ingress_enabled": spec.ingress_enabled,
-            # Given whether ingress is on or off, as a client must check ingress_enabled itself.
-            "ingress_url_template": self.ingress_url_template,
+            "ingress_url_template": self.ingress_url_template if spec.ingress_enabled else None,
             "created_at": timestamp(self.created_at),
             "paused_at": timestamp(self.paused_at) if status == "paused" else None,
             "auto_pause_after_seconds": spec.auto_pause_after_seconds,
             "forked_from": spec.forked_from,
         }
+        return {key: value for key, value in view.items() if value is not None}
 
     def idle_for(self, now: float) -> float:
         streaming = self.ingress_exchanges > 0 or any(

@@ -38,6 +38,7 @@ from .._wire import ApiError
 from .sandbox import ForkChanges, LiveProcess, Sandbox, SandboxSpec
 
 TICK = 1.0
+NAME_TAKEN = "name is already used by a live sandbox"
 
 
 class SandboxStore:
@@ -127,7 +128,11 @@ class SandboxStore:
     # -- lifecycle ---------------------------------------------------------
 
     def create(self, spec: SandboxSpec, seed: Path | None = None) -> Sandbox:
-        """A new sandbox; ``seed`` is a template whose storage trees it starts with."""
+        """A new sandbox; ``seed`` is a template whose storage trees it starts with. A name
+        that a live sandbox holds is refused (409), as the service refuses it."""
+        with self._lock:
+            if self._name_taken(spec.name):
+                raise ApiError(409, NAME_TAKEN)
         sandbox = self._new(spec)
         sandbox.storage.create()
         if seed is not None:
@@ -197,8 +202,23 @@ class SandboxStore:
             sandbox.storage.remove()
             raise
         with self._lock:
-            self._sandboxes[sandbox.id] = sandbox
+            taken = self._name_taken(sandbox.spec.name)
+            if not taken:
+                self._sandboxes[sandbox.id] = sandbox
+        if taken:  # another creation won the name meanwhile
+            self._release_net(sandbox)
+            self.isolation.release(sandbox.storage)
+            sandbox.storage.remove()
+            raise ApiError(409, NAME_TAKEN)
         return sandbox
+
+    def _name_taken(self, name: str | None) -> bool:
+        """Whether a sandbox not yet destroyed holds ``name`` (a ``destroying`` one still
+        does, as on the service); the caller holds ``_lock``."""
+        return name is not None and any(
+            s.spec.name == name and s.settle() not in ("destroyed", "failed")
+            for s in self._sandboxes.values()
+        )
 
     def _release_net(self, sandbox: Sandbox) -> None:
         with sandbox.lock:
@@ -323,17 +343,24 @@ class SandboxStore:
             raise ApiError(404, "process not found")
         return process
 
-    def end_exec(self, sandbox_id: str, process: ManagedProcess) -> None:
-        """An exec is over (or its client went away): its whole tree ends with it, and
-        the sandbox forgets it. Under bubblewrap its namespace dies with the command;
-        a plain subreaper would keep what it left in the background alive, out of
-        reach of destroy and close, so the tree is killed here in every mode."""
-        process.stop()
+    def end_exec(self, sandbox_id: str, process: ManagedProcess, *, answered: bool) -> None:
+        """An exec is over. Answered (its command ended): what it left running in the
+        background lives on, as on the service, kept in the sandbox's records (unlisted)
+        so that a pause freezes it and a destroy or close kills it. Its client gone
+        before the end: the whole tree ends (exec is not reconnectable). A record whose
+        tree has ended is forgotten, and so are earlier execs' that have ended since."""
+        if not answered:
+            process.stop()
         with self._lock:
             sandbox = self._sandboxes.get(sandbox_id)
-        if sandbox is not None:
+        if sandbox is None:
+            return
+        with sandbox.lock:
+            execs = [p for p in sandbox.processes.values() if p.kind == "exec"]
+        for ended in (p for p in execs if p.done and p.tree_exited()):
+            ended.stop()  # releases its pumps and pipes
             with sandbox.lock:
-                sandbox.processes.pop(process.id, None)
+                sandbox.processes.pop(ended.id, None)
 
     # -- emulator-wide -----------------------------------------------------
 
