@@ -71,6 +71,17 @@ def _remote_dir(box: cs.Lease) -> Callable[[], object]:
     return lambda: None
 
 
+def _second_cell(box: cs.Lease) -> Callable[[], object]:
+    box.run_code("x = 1")  # the first cell started the interpreter
+    return lambda: box.run_code("x + 1")
+
+
+def _started_context(box: cs.Lease) -> Callable[[], object]:
+    context = box.code_context()
+    context.run_code("1")
+    return context.close
+
+
 def _network(client: cs.Client, box: cs.Lease) -> Callable[[], object]:
     network = client.create_network("costs")
     return lambda: box.attach_network(network)
@@ -98,6 +109,9 @@ MEASURED: dict[str, Step] = {
     "process.terminate()": lambda c, b, t: b.start("sleep 100").terminate,
     "box.process(process_id)": lambda c, b, t: _reopened_process(b),
     "box.wait_for_port(port)": lambda c, b, t: _listening(b),
+    "box.run_code(code)": lambda c, b, t: _second_cell(b),
+    "box.code_context().run_code(code)": lambda c, b, t: lambda: b.code_context().run_code("1"),
+    "context.close()": lambda c, b, t: _started_context(b),
     "box.preview_url(port)": lambda c, b, t: (b.set_ingress(True), lambda: b.preview_url(80))[1],
     "box.write_file(path, data)": lambda c, b, t: lambda: b.write_file("/workspace/f", b"x"),
     "box.read_file(path)": lambda c, b, t: (
