@@ -164,7 +164,11 @@ def test_command_line_serves_until_sigterm() -> None:
         try:
             assert proc.stdout is not None
             lines = [proc.stdout.readline() for _ in range(3)]
-            match = re.search(r"export CREATEOS_API_URL=(\S+) CREATEOS_API_KEY=(\S+)", lines[2])
+            match = re.search(
+                r"export CREATEOS_API_URL=(\S+) CREATEOS_SANDBOX_BASE_URL=\1 "
+                r"CREATEOS_API_KEY=(\S+) CREATEOS_SANDBOX_API_KEY=\2$",
+                lines[2],
+            )
             assert match, lines
             url, key = match.groups()
             assert key == "k-123"

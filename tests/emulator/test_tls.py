@@ -69,7 +69,8 @@ def test_command_line_tls_prints_what_a_client_needs() -> None:
             lines = [proc.stdout.readline() for _ in range(4)]
             assert lines[0].startswith("CreateOS emulator listening on https://"), lines
             match = re.search(
-                r"export CREATEOS_API_URL=(\S+) CREATEOS_CA_BUNDLE=(\S+) CREATEOS_API_KEY=(\S+)",
+                r"export CREATEOS_API_URL=(\S+) CREATEOS_SANDBOX_BASE_URL=\1 "
+                r"CREATEOS_CA_BUNDLE=(\S+) CREATEOS_API_KEY=(\S+) CREATEOS_SANDBOX_API_KEY=\3$",
                 lines[3],
             )
             assert match, lines

@@ -113,6 +113,9 @@ def _exec(argv: list[str], shielded: bool, terminal: bool) -> None:
     if terminal:
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    # Only stdin, stdout and stderr: what the emulator handed bubblewrap (the user
+    # namespace's descriptor, a disk's directory) is not the command's to hold.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

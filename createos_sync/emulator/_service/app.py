@@ -121,10 +121,12 @@ ROUTES = (
     ("/_emulator/requests", "GET", "admin.requests"),
 )
 PUBLIC = frozenset({"healthz", "readyz", "shapes", "rootfs"})
-# A sandbox access token may not mint keys (the account's key manages them), nor make a
-# sandbox: a fork would be one that no lease or journal knows and the token cannot destroy.
-# It reads what its own sandbox's token is (its hint, never the secret).
-NOT_FOR_TOKENS = frozenset({"token.create", "token.rotate", "token.delete", "sandbox.fork"})
+# A sandbox access token may not mint keys (the account's key manages them); it reads what
+# its own sandbox's token is (its hint, never the secret).
+NOT_FOR_TOKENS = frozenset({"token.create", "token.rotate", "token.delete"})
+# Nor may it make a sandbox: a fork would be one that no lease or journal knows and the
+# token cannot destroy. (Creating one is account-wide: no sandbox_id, refused below.)
+MAKE_SANDBOXES = frozenset({"sandbox.fork"})
 ACCOUNT = "account"
 
 Handler = Callable[..., Response]
@@ -308,7 +310,7 @@ class App:
             raise ApiError(401, "missing or invalid API key")
         if operation in NOT_FOR_TOKENS:
             raise ApiError(403, "a sandbox access token cannot manage tokens: use the account key")
-        if "sandbox_id" not in args:
+        if "sandbox_id" not in args or operation in MAKE_SANDBOXES:
             raise ApiError(403, "a sandbox access token acts on its own sandbox only")
         if args["sandbox_id"] != sandbox_id:
             raise ApiError(404, "sandbox not found")
