@@ -17,6 +17,11 @@ over ``PIECE`` bytes): no line comes near the service's 1 MiB limit.
 Requests: ``{"op": "run", "token", "code", "timeout"}`` runs a cell;
 ``{"op": "interrupt", "token"}`` raises ``KeyboardInterrupt`` in the cell that
 has this token, if it still runs (a timeout does the same from here).
+
+An interrupt is a SIGINT to the main thread, sent again until the cell raised its
+``KeyboardInterrupt`` or ended: one that lands after Python's last check for signals
+and before a blocking call (``time.sleep``) is not seen until that call returns, and
+one that lands in the kernel's own code (a frame half written) is let pass.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from ._kernel_display import RESULT_LIMIT, Figures, Formatter, ImportHooks  # jo
 PIECE = 48 * 1024  # raw bytes per frame: base64 makes it 64 KiB, far under 1 MiB a line
 FLUSH_SECONDS = 0.05  # how long printed text may wait in the buffer before it is sent
 PENDING_LIMIT = 1024 * 1024  # output between cells (from threads), kept for the next cell
+RESEND_FIRST, RESEND_MOST = 0.01, 0.5  # seconds between SIGINTs until the interrupt is seen
 
 
 class Wire:
@@ -244,6 +250,8 @@ class Kernel:
         self.running: str | None = None
         self.queued: set[str] = set()  # cells read, not started: an interrupt cancels them
         self.cancelled: set[str] = set()
+        self.armed: str | None = None  # the cell owed a KeyboardInterrupt, until it is raised
+        self.in_cell = False  # the cell's own code runs (the main thread is inside exec/eval)
         self.state = threading.Lock()
         self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.figures = Figures(lambda obj: self.show(obj, main=False))
@@ -258,7 +266,7 @@ class Kernel:
     # --- the loop ----------------------------------------------------------
 
     def serve(self) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, self._on_sigint)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # only cells see it
         self.pump.start()
         threading.Thread(target=self._read, name="createos-kernel-requests", daemon=True).start()
@@ -286,8 +294,33 @@ class Kernel:
         with self.state:
             if token in self.queued:
                 self.cancelled.add(str(token))
-            elif token is not None and token == self.running:
+                return
+            if token is None or token != self.running:
+                return
+            self.armed = str(token)
+        threading.Thread(target=self._deliver, args=(token,), daemon=True).start()
+
+    def _deliver(self, token: str) -> None:
+        """SIGINT the main thread until the cell raised the interrupt or ended (see above)."""
+        pause = RESEND_FIRST
+        while True:
+            with self.state:
+                if self.armed != token or self.running != token:
+                    return
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            time.sleep(pause)
+            pause = min(pause * 2, RESEND_MOST)
+
+    def _on_sigint(self, _signum: int, frame: types.FrameType | None) -> None:
+        """Raise the owed ``KeyboardInterrupt`` in the cell's code; elsewhere (the kernel's
+        own code, a frame being written, between cells) let the signal pass: ``_deliver``
+        sends it again."""
+        if self.armed is None or self.armed != self.running or not self.in_cell:
+            return
+        if frame is None or frame.f_code.co_filename == _KERNEL_FILE or self.wire.lock.locked():
+            return
+        self.armed = None
+        raise KeyboardInterrupt
 
     # --- one cell ----------------------------------------------------------
 
@@ -316,7 +349,7 @@ class Kernel:
             error = _describe(KeyboardInterrupt(), "") if cancelled else self.execute(code)
         finally:
             with self.state:
-                self.running = None
+                self.running = self.armed = None
             if timer is not None:
                 timer.cancel()
             _discard_pending_interrupt()
@@ -336,22 +369,24 @@ class Kernel:
         filename = f"<cell {self.count}>"
         lines = code.splitlines(keepends=True)
         linecache.cache[filename] = (len(code), None, lines, filename)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         try:
-            body, last = _split(code, filename)
-            exec(body, self.namespace)
-            if last is not None:
-                value = eval(last, self.namespace)
-                if value is not None and not code.rstrip().endswith(";"):
-                    self.namespace["_"] = value
-                    self.show(value, main=True)
+            try:
+                self.in_cell = True
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                body, last = _split(code, filename)
+                exec(body, self.namespace)
+                if last is not None:
+                    value = eval(last, self.namespace)
+                    if value is not None and not code.rstrip().endswith(";"):
+                        self.namespace["_"] = value
+                        self.show(value, main=True)
+            finally:
+                self.in_cell = False
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         except BaseException as exc:  # the cell's, reported; SystemExit included, as IPython
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             if isinstance(exc, SystemExit) and exc.code in (None, 0):
                 return None
             return _describe(exc, filename)
-        finally:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         return None
 
     # --- results -----------------------------------------------------------
@@ -373,6 +408,9 @@ class Kernel:
     def report(self, what: str, exc: BaseException) -> None:
         self.stderr.write(f"{what} failed: {type(exc).__name__}: {exc}\n")
         self.stderr.flush()
+
+
+_KERNEL_FILE = Kernel.execute.__code__.co_filename  # "<createos-kernel>" in the sandbox
 
 
 def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:

@@ -227,6 +227,41 @@ def test_an_interrupt_request_reaches_only_its_own_cell(kernel: LocalKernel) -> 
     assert kernel.cell("1 + 1").error is None  # no interrupt left over for the next cell
 
 
+def test_an_interrupt_whose_signal_went_unseen_is_delivered_again(kernel: LocalKernel) -> None:
+    # SIGINT landing after Python's last check for signals and before a blocking call (under
+    # load: the interrupted cell then slept its full 60 s) is taken without effect. Here the
+    # cell takes the timeout's SIGINT itself, without effect, then blocks.
+    code = (
+        "import signal, time\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+        "time.sleep(1.0)\n"  # the timeout's SIGINT comes meanwhile, and waits
+        "signal.sigtimedwait({signal.SIGINT}, 0)\n"  # taken: unseen
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+        "time.sleep(20)\n"
+    )
+    started = time.monotonic()
+    cell = kernel.cell(code, timeout=0.2)
+    assert cell.error is not None and cell.error["name"] == "KeyboardInterrupt"
+    assert cell.end["timed_out"] is True
+    assert time.monotonic() - started < 10
+    assert kernel.cell("1 + 1").error is None
+
+
+def test_an_interrupt_never_cuts_a_frame_line(kernel: LocalKernel) -> None:
+    # Nobody reads the kernel's stdout: it blocks in the middle of a frame line (64 KiB, a
+    # pipe's size), and the interrupt's SIGINT lands there. The line must end whole first.
+    token = _frames.new_token()
+    code = "import sys, time\nsys.stdout.write('x' * 200_000)\ntime.sleep(20)"
+    kernel.send(_frames.request("run", token, code=code, timeout=60))
+    time.sleep(1.0)  # the kernel fills the pipe and blocks
+    kernel.send(_frames.request("interrupt", token))
+    time.sleep(0.5)  # the signal lands
+    cell = kernel.until_end(token)  # a cut line: ProtocolError here
+    assert cell.error is not None and cell.error["name"] == "KeyboardInterrupt"
+    assert cell.stream("out") == "x" * 200_000
+    assert kernel.cell("1 + 1").error is None
+
+
 def test_printing_a_frame_line_cannot_end_the_cell(kernel: LocalKernel) -> None:
     fake_end = base64.b64encode(json.dumps({"error": None}).encode()).decode()
     code = (
