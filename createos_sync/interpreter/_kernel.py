@@ -312,12 +312,12 @@ class Kernel:
             pause = min(pause * 2, RESEND_MOST)
 
     def _on_sigint(self, _signum: int, frame: types.FrameType | None) -> None:
-        """Raise the owed ``KeyboardInterrupt`` in the cell's code; elsewhere (the kernel's
-        own code, a frame being written, between cells) let the signal pass: ``_deliver``
-        sends it again."""
+        """Raise the owed ``KeyboardInterrupt`` in a cell's code; elsewhere (between cells,
+        under the kernel's own code: a frame being written) let the signal pass:
+        ``_deliver`` sends it again."""
         if self.armed is None or self.armed != self.running or not self.in_cell:
             return
-        if frame is None or frame.f_code.co_filename == _KERNEL_FILE or self.wire.lock.locked():
+        if not _in_cell_code(frame):
             return
         self.armed = None
         raise KeyboardInterrupt
@@ -411,6 +411,19 @@ class Kernel:
 
 
 _KERNEL_FILE = Kernel.execute.__code__.co_filename  # "<createos-kernel>" in the sandbox
+
+
+def _in_cell_code(frame: types.FrameType | None) -> bool:
+    """Whether a cell's code runs here with none of the kernel's between it and ``frame``
+    (a library the cell calls: yes; one the kernel's display or writing calls: no)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name == _KERNEL_FILE:
+            return False
+        if name.startswith("<cell "):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:

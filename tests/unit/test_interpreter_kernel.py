@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,15 @@ class LocalKernel:
         )
         self.reader = _frames.FrameReader()
         self.booted = False
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.reading: threading.Thread | None = None  # started at the first read: until then
+        # the kernel's stdout fills up as nobody reads it
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(b"")
 
     def send(self, data: bytes) -> None:
         assert self.process.stdin is not None
@@ -40,16 +51,22 @@ class LocalKernel:
         self.process.stdin.write(data)
         self.process.stdin.flush()
 
-    def cell(self, code: str, timeout: float = 30.0) -> Cell:
+    def cell(self, code: str, timeout: float = 30.0, wait: float = 60.0) -> Cell:
         token = _frames.new_token()
         self.send(_frames.request("run", token, code=code, timeout=timeout))
-        return self.until_end(token)
+        return self.until_end(token, wait)
 
-    def until_end(self, token: str) -> Cell:
-        assert self.process.stdout is not None
+    def until_end(self, token: str, wait: float = 60.0) -> Cell:
+        if self.reading is None:
+            self.reading = threading.Thread(target=self._read, daemon=True)
+            self.reading.start()
         cell = Cell()
+        ends = time.monotonic() + wait
         while True:
-            line = self.process.stdout.readline()
+            try:
+                line = self.lines.get(timeout=max(0.0, ends - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"the cell did not end within {wait} s") from None
             if not line:
                 cell.died = True
                 return cell
@@ -260,6 +277,49 @@ def test_an_interrupt_never_cuts_a_frame_line(kernel: LocalKernel) -> None:
     assert cell.error is not None and cell.error["name"] == "KeyboardInterrupt"
     assert cell.stream("out") == "x" * 200_000
     assert kernel.cell("1 + 1").error is None
+
+
+# Compiled as the kernel's own code (so that the kernel takes it for its own): at the AT-th
+# line the kernel runs during the next cell, another thread interrupts that cell, as a request
+# would. Left armed (AT = 0), it counts those lines.
+_INTERRUPT_AT = """
+import gc, sys, threading
+kernel = next(o for o in gc.get_objects() if type(o).__name__ == "Kernel")
+def tracer(frame, event, arg, seen=[0]):
+    if frame.f_code.co_filename != kernel.run.__code__.co_filename:
+        return None
+    if event == "line" and kernel.running is not None:
+        seen[0] += 1
+        if seen[0] == AT:
+            sys.settrace(None)
+            threading.Thread(target=kernel.interrupt, args=(kernel.running,)).start()
+    return tracer
+sys.settrace(tracer)
+"""
+_ARM = (
+    "import gc\n"
+    "_kernel = next(o for o in gc.get_objects() if type(o).__name__ == 'Kernel')\n"
+    "_at = {'AT': %d}\n"
+    "exec(compile(%r, _kernel.run.__code__.co_filename, 'exec'), _at)\n"
+)
+_WRITES = "import sys\nsys.stdout.write('x' * 100_000)"  # 3 frame lines, then a result
+
+
+def test_an_interrupt_at_any_line_of_the_kernels_own_code_leaves_it_whole(
+    kernel: LocalKernel,
+) -> None:
+    kernel.cell(_ARM % (0, _INTERRUPT_AT))
+    assert kernel.cell(_WRITES).error is None
+    lines = kernel.cell("import sys\nsys.settrace(None)\n_at['tracer'].__defaults__[0][0]")
+    count = int(lines.results[0]["data"]["text/plain"])
+    assert count > 100  # the cell's start, its writes, its result, its end
+    for at in range(1, count + 1):
+        kernel.cell(_ARM % (at, _INTERRUPT_AT))
+        cell = kernel.cell(_WRITES, wait=10)  # never a cut frame line, never a stall
+        assert not cell.died, at
+        assert cell.error is None or cell.error["name"] == "KeyboardInterrupt", (at, cell.error)
+        assert cell.stream("out") in ("", "x" * 100_000), at
+        assert kernel.cell("1 + 1").results[0]["data"]["text/plain"] == "2", at
 
 
 def test_printing_a_frame_line_cannot_end_the_cell(kernel: LocalKernel) -> None:
