@@ -24,13 +24,17 @@ def test_one_request_per_cell_and_the_state_kept(emulator: Emulator, box: Lease)
     emulator.clear_request_log()
     first = box.run_code("x = 20\nx + 1")
     assert first.text == "21" and first.error is None and not first.restarted
-    started = [op for op, _ in operations(emulator, box.id)]  # the interpreter's start, then it
-    assert started == ["process.create", "process.connect", "process.input", "process.input"]
+    started = [op for op, _ in operations(emulator, box.id)]  # the cell rides the start's gate
+    assert started == ["process.create", "process.connect", "process.input"]
     emulator.clear_request_log()
     for n in range(5):
         execution = box.run_code(f"print('cell {n}')\nx + {n}")
         assert execution.stdout == f"cell {n}\n" and execution.text == str(20 + n)
     assert operations(emulator, box.id) == [("process.input", 200)] * 5
+    box.run_code("import os\nos._exit(0)")  # the interpreter ends under its cell
+    emulator.clear_request_log()
+    assert box.run_code("1").restarted  # a new one, started with the cell: 3 requests again
+    assert [op for op, _ in operations(emulator, box.id)] == started
 
 
 def test_results_errors_and_output_live(box: Lease) -> None:
