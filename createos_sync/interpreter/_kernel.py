@@ -16,7 +16,9 @@ over ``PIECE`` bytes): no line comes near the service's 1 MiB limit.
 
 Requests: ``{"op": "run", "token", "code", "timeout"}`` runs a cell;
 ``{"op": "interrupt", "token"}`` raises ``KeyboardInterrupt`` in the cell that
-has this token, if it still runs (a timeout does the same from here).
+has this token, if it still runs (a timeout does the same from here); for the
+cell that ended last, it sends that cell's end again (the client, interrupted as
+it took the end, waits for it).
 
 An interrupt is a SIGINT to the main thread, sent again until the cell raised its
 ``KeyboardInterrupt`` or ended: one that lands after Python's last check for signals
@@ -62,6 +64,7 @@ class Wire:
         self.pending: list[tuple[str, bytes]] = []
         self.pending_size = 0
         self.dropped = 0  # bytes beyond PENDING_LIMIT: the next cell says how many
+        self.ended: tuple[str, bytes] = ("-", b"")  # the last cell's token and end
         self.pid = os.getpid()
 
     def frame(self, kind: str, payload: bytes, token: str | None = None) -> None:
@@ -100,7 +103,13 @@ class Wire:
     def finish(self, end: dict[str, Any]) -> None:
         with self.lock:
             token, self.token = self.token, "-"
-            self._write(token, "end", json.dumps(end).encode())
+            self.ended = (token, json.dumps(end).encode())
+            self._write(token, "end", self.ended[1])
+
+    def end_again(self, token: str) -> None:
+        with self.lock:
+            if token != "-" and self.ended[0] == token:
+                self._write(token, "end", self.ended[1])
 
     def after_fork(self) -> None:
         """A forked child must never hang on a lock its parent's thread held."""
@@ -295,9 +304,12 @@ class Kernel:
             if token in self.queued:
                 self.cancelled.add(str(token))
                 return
-            if token is None or token != self.running:
-                return
-            self.armed = str(token)
+            runs = token is not None and token == self.running
+            if runs:
+                self.armed = str(token)
+        if not runs:
+            self.wire.end_again(str(token))
+            return
         threading.Thread(target=self._deliver, args=(token,), daemon=True).start()
 
     def _deliver(self, token: str) -> None:

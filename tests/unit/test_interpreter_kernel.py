@@ -279,6 +279,17 @@ def test_an_interrupt_never_cuts_a_frame_line(kernel: LocalKernel) -> None:
     assert kernel.cell("1 + 1").error is None
 
 
+def test_an_interrupt_for_the_cell_that_ended_last_sends_its_end_again(kernel: LocalKernel) -> None:
+    # The client, interrupted (Ctrl-C) just as it took the end frame, asks again.
+    token = _frames.new_token()
+    kernel.send(_frames.request("run", token, code="6 * 7", timeout=30))
+    first = kernel.until_end(token)
+    kernel.send(_frames.request("interrupt", token))
+    again = kernel.until_end(token, wait=10)
+    assert again.end == first.end and again.end["count"] == 1
+    assert kernel.cell("1").foreign == 0  # nothing more
+
+
 # Compiled as the kernel's own code (so that the kernel takes it for its own): at the AT-th
 # line the kernel runs during the next cell, another thread interrupts that cell, as a request
 # would. Left armed (AT = 0), it counts those lines.
