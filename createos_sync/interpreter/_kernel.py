@@ -320,6 +320,8 @@ class Kernel:
                 if self.armed != token or self.running != token:
                     return
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            if signal.getsignal(signal.SIGINT) != self._on_sigint:
+                return  # the cell's own handler: it gets one SIGINT, as from a keyboard
             time.sleep(pause)
             pause = min(pause * 2, RESEND_MOST)
 

@@ -264,6 +264,18 @@ def test_an_interrupt_whose_signal_went_unseen_is_delivered_again(kernel: LocalK
     assert kernel.cell("1 + 1").error is None
 
 
+def test_a_cells_own_sigint_handler_gets_one_signal_per_interrupt(kernel: LocalKernel) -> None:
+    code = (
+        "import signal, time\n"
+        "seen = []\n"
+        "signal.signal(signal.SIGINT, lambda *_: seen.append(1))\n"
+        "time.sleep(1.5)\n"
+        "len(seen)"
+    )
+    cell = kernel.cell(code, timeout=0.2)
+    assert cell.error is None and cell.results[0]["data"]["text/plain"] == "1"
+
+
 def test_an_interrupt_never_cuts_a_frame_line(kernel: LocalKernel) -> None:
     # Nobody reads the kernel's stdout: it blocks in the middle of a frame line (64 KiB, a
     # pipe's size), and the interrupt's SIGINT lands there. The line must end whole first.
