@@ -292,8 +292,15 @@ def start(
     on_output: OnOutput | None,
     echo: OnOutput | None,
     pty: Size | None = None,
+    first_input: bytes = b"",
 ) -> Process[Any]:
-    """Launch ``command`` in the background and attach its output before it starts."""
+    """Launch ``command`` in the background and attach its output before it starts.
+
+    ``first_input`` (stdin open, no terminal) reaches its stdin with the start gate's
+    release: no request of its own.
+    """
+    if first_input and (stdin is not None or pty is not None):
+        raise ValueError("first_input needs an open stdin and no terminal")
     if pty is not None:
         gate = Gate.TERMINAL
     else:
@@ -311,7 +318,7 @@ def start(
         stdin_open=stdin is None,
         terminal=pty is not None,
     )
-    handle._begin(lambda: release(box, process_id, gate, deadline))
+    handle._begin(lambda: release(box, process_id, gate, deadline, typed=first_input))
     return handle
 
 

@@ -114,11 +114,12 @@ def launch(
 def release(
     box: Box, process_id: str, gate: Gate, deadline: Deadline, *, typed: bytes = b""
 ) -> None:
-    """Open the start gate (1 request); ``typed`` follows the release key on a terminal."""
+    """Open the start gate (1 request); ``typed`` follows the release key or line, as the
+    command's first input (never for a gate released by closing stdin)."""
     if gate is Gate.STDIN_EOF:
         _api.close_stdin(box.transport, box.sandbox_id, process_id, deadline)
         return
-    key = RELEASE_LINE if gate is Gate.STDIN_LINE else RELEASE_KEY + typed
+    key = (RELEASE_LINE if gate is Gate.STDIN_LINE else RELEASE_KEY) + typed
     _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
 
 

@@ -2,7 +2,9 @@
 
 The kernel is a background process of the lease (``createos_sync.process``): its
 output stream stays attached while it lives, so a cell costs one request, the
-input that carries it, and its frames come back on the stream already open. The
+input that carries it, and its frames come back on the stream already open. A
+kernel's first cell rides its start: the kernel's source and the cell go with the
+start gate's release (3 requests: create, connect, release). The
 kernel ends with the lease like any process of it (``close()`` terminates and
 confirms it). When the kernel ends under a cell (``os._exit``, a kill, a crash),
 the cell reports it and the next one starts a new kernel (``restarted``).
@@ -51,7 +53,6 @@ class _Kernel:
         self.frames: queue.Queue[_frames.Frame | BaseException] = queue.Queue()
         self.reader = _frames.FrameReader()
         self.stderr = ""
-        self.booted = False
         self.broken = False
         self.process: _process.Process[str] | None = None
 
@@ -117,7 +118,9 @@ class CodeContext:
         """Run ``code`` as a cell of this interpreter (see ``Lease.run_code``): ``timeout``
         interrupts it, ``on_output(stream, data)`` sees its output and results live,
         ``check`` raises ``CodeFailed`` for an error, ``max_output`` bounds what is kept.
-        Request budget: 1 (plus 3 to start the interpreter for its first cell)."""
+        Request budget: 1; 3 for the cell that starts the interpreter (a context's first, or
+        the first after its interpreter was lost): create, connect, and the gate's release
+        carrying the interpreter and the cell."""
         if not isinstance(code, str):
             raise TypeError("code must be a str of Python source")
         limit = (
@@ -146,18 +149,21 @@ class CodeContext:
         return execution.check() if check else execution
 
     def _send_cell(self, request: bytes, cell: _Cell) -> tuple[_Kernel, _Cell]:
-        """Send the cell (1 request; the kernel's own source goes with a new kernel's first).
+        """Send the cell (1 request), or start a kernel with it (3 requests).
 
         A kernel found gone when its input is refused (ended between cells, killed
         from outside) is replaced once, and the cell says so (``restarted``).
         """
         for attempt in (1, 2):
-            kernel, cell.restarted = self._ready_kernel()
-            payload = request if kernel.booted else _frames.boot_payload() + request
-            kernel.booted = True
+            kernel = self._kernel
+            if kernel is None or not kernel.running or kernel.broken:
+                restarted = self._lost or kernel is not None
+                kernel = self._new_kernel(request)
+                cell.restarted, self._lost = restarted, False
+                return kernel, cell
             assert kernel.process is not None
             try:
-                kernel.process.send(payload)
+                kernel.process.send(request)
             except KeyboardInterrupt:
                 cell.interrupted_at_send = True
             except CreateosApiError:
@@ -177,14 +183,12 @@ class CodeContext:
             raise
         return time.monotonic()
 
-    def _ready_kernel(self) -> tuple[_Kernel, bool]:
-        """The running kernel, or a new one (3 requests); True when it replaces a lost one."""
-        kernel = self._kernel
-        if kernel is not None and kernel.running and not kernel.broken:
-            return kernel, False
-        restarted = self._lost or kernel is not None
-        if kernel is not None:
-            self._stop(kernel)
+    def _new_kernel(self, first: bytes) -> _Kernel:
+        """A new kernel (3 requests), replacing the one there; its source and the ``first``
+        request reach its stdin with the start gate's release."""
+        if self._kernel is not None:
+            self._stop(self._kernel)
+            self._kernel = None
         kernel = _Kernel()
         kernel.process = _process.start(
             self._usable_box(),
@@ -194,9 +198,10 @@ class CodeContext:
             text=True,  # the kernel's frames are lines of ASCII
             on_output=kernel.received,
             echo=None,
+            first_input=_frames.boot_payload() + first,
         )
-        self._kernel, self._lost = kernel, False
-        return kernel, restarted
+        self._kernel = kernel
+        return kernel
 
     def _collect(
         self, kernel: _Kernel, cell: _Cell, limit: float, interrupted: float | None

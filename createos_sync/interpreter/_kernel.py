@@ -16,7 +16,14 @@ over ``PIECE`` bytes): no line comes near the service's 1 MiB limit.
 
 Requests: ``{"op": "run", "token", "code", "timeout"}`` runs a cell;
 ``{"op": "interrupt", "token"}`` raises ``KeyboardInterrupt`` in the cell that
-has this token, if it still runs (a timeout does the same from here).
+has this token, if it still runs (a timeout does the same from here); for the
+cell that ended last, it sends that cell's end again (the client, interrupted as
+it took the end, waits for it).
+
+An interrupt is a SIGINT to the main thread, sent again until the cell raised its
+``KeyboardInterrupt`` or ended: one that lands after Python's last check for signals
+and before a blocking call (``time.sleep``) is not seen until that call returns, and
+one that lands in the kernel's own code (a frame half written) is let pass.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from ._kernel_display import RESULT_LIMIT, Figures, Formatter, ImportHooks  # jo
 PIECE = 48 * 1024  # raw bytes per frame: base64 makes it 64 KiB, far under 1 MiB a line
 FLUSH_SECONDS = 0.05  # how long printed text may wait in the buffer before it is sent
 PENDING_LIMIT = 1024 * 1024  # output between cells (from threads), kept for the next cell
+RESEND_FIRST, RESEND_MOST = 0.01, 0.5  # seconds between SIGINTs until the interrupt is seen
 
 
 class Wire:
@@ -56,6 +64,7 @@ class Wire:
         self.pending: list[tuple[str, bytes]] = []
         self.pending_size = 0
         self.dropped = 0  # bytes beyond PENDING_LIMIT: the next cell says how many
+        self.ended: tuple[str, bytes] = ("-", b"")  # the last cell's token and end
         self.pid = os.getpid()
 
     def frame(self, kind: str, payload: bytes, token: str | None = None) -> None:
@@ -94,7 +103,13 @@ class Wire:
     def finish(self, end: dict[str, Any]) -> None:
         with self.lock:
             token, self.token = self.token, "-"
-            self._write(token, "end", json.dumps(end).encode())
+            self.ended = (token, json.dumps(end).encode())
+            self._write(token, "end", self.ended[1])
+
+    def end_again(self, token: str) -> None:
+        with self.lock:
+            if token != "-" and self.ended[0] == token:
+                self._write(token, "end", self.ended[1])
 
     def after_fork(self) -> None:
         """A forked child must never hang on a lock its parent's thread held."""
@@ -244,6 +259,8 @@ class Kernel:
         self.running: str | None = None
         self.queued: set[str] = set()  # cells read, not started: an interrupt cancels them
         self.cancelled: set[str] = set()
+        self.armed: str | None = None  # the cell owed a KeyboardInterrupt, until it is raised
+        self.in_cell = False  # the cell's own code runs (the main thread is inside exec/eval)
         self.state = threading.Lock()
         self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.figures = Figures(lambda obj: self.show(obj, main=False))
@@ -258,7 +275,7 @@ class Kernel:
     # --- the loop ----------------------------------------------------------
 
     def serve(self) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, self._on_sigint)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # only cells see it
         self.pump.start()
         threading.Thread(target=self._read, name="createos-kernel-requests", daemon=True).start()
@@ -286,8 +303,38 @@ class Kernel:
         with self.state:
             if token in self.queued:
                 self.cancelled.add(str(token))
-            elif token is not None and token == self.running:
+                return
+            runs = token is not None and token == self.running
+            if runs:
+                self.armed = str(token)
+        if not runs:
+            self.wire.end_again(str(token))
+            return
+        threading.Thread(target=self._deliver, args=(token,), daemon=True).start()
+
+    def _deliver(self, token: str) -> None:
+        """SIGINT the main thread until the cell raised the interrupt or ended (see above)."""
+        pause = RESEND_FIRST
+        while True:
+            with self.state:
+                if self.armed != token or self.running != token:
+                    return
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            if signal.getsignal(signal.SIGINT) != self._on_sigint:
+                return  # the cell's own handler: it gets one SIGINT, as from a keyboard
+            time.sleep(pause)
+            pause = min(pause * 2, RESEND_MOST)
+
+    def _on_sigint(self, _signum: int, frame: types.FrameType | None) -> None:
+        """Raise the owed ``KeyboardInterrupt`` in a cell's code; elsewhere (between cells,
+        under the kernel's own code: a frame being written) let the signal pass:
+        ``_deliver`` sends it again."""
+        if self.armed is None or self.armed != self.running or not self.in_cell:
+            return
+        if not _in_cell_code(frame):
+            return
+        self.armed = None
+        raise KeyboardInterrupt
 
     # --- one cell ----------------------------------------------------------
 
@@ -316,7 +363,7 @@ class Kernel:
             error = _describe(KeyboardInterrupt(), "") if cancelled else self.execute(code)
         finally:
             with self.state:
-                self.running = None
+                self.running = self.armed = None
             if timer is not None:
                 timer.cancel()
             _discard_pending_interrupt()
@@ -336,22 +383,24 @@ class Kernel:
         filename = f"<cell {self.count}>"
         lines = code.splitlines(keepends=True)
         linecache.cache[filename] = (len(code), None, lines, filename)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         try:
-            body, last = _split(code, filename)
-            exec(body, self.namespace)
-            if last is not None:
-                value = eval(last, self.namespace)
-                if value is not None and not code.rstrip().endswith(";"):
-                    self.namespace["_"] = value
-                    self.show(value, main=True)
+            try:
+                self.in_cell = True
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                body, last = _split(code, filename)
+                exec(body, self.namespace)
+                if last is not None:
+                    value = eval(last, self.namespace)
+                    if value is not None and not code.rstrip().endswith(";"):
+                        self.namespace["_"] = value
+                        self.show(value, main=True)
+            finally:
+                self.in_cell = False
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         except BaseException as exc:  # the cell's, reported; SystemExit included, as IPython
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             if isinstance(exc, SystemExit) and exc.code in (None, 0):
                 return None
             return _describe(exc, filename)
-        finally:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         return None
 
     # --- results -----------------------------------------------------------
@@ -373,6 +422,22 @@ class Kernel:
     def report(self, what: str, exc: BaseException) -> None:
         self.stderr.write(f"{what} failed: {type(exc).__name__}: {exc}\n")
         self.stderr.flush()
+
+
+_KERNEL_FILE = Kernel.execute.__code__.co_filename  # "<createos-kernel>" in the sandbox
+
+
+def _in_cell_code(frame: types.FrameType | None) -> bool:
+    """Whether a cell's code runs here with none of the kernel's between it and ``frame``
+    (a library the cell calls: yes; one the kernel's display or writing calls: no)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name == _KERNEL_FILE:
+            return False
+        if name.startswith("<cell "):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:

@@ -52,8 +52,9 @@ class InterpreterMethods(LeaseCore):
 
         Request budget: 1 per cell in steady state (the input carrying the
         cell: its output comes back on the stream already attached); the first
-        cell of a context adds 3 (the interpreter's start), and Ctrl-C adds 1
-        (the interrupt sent to the cell).
+        cell of a context costs 3 (it rides the interpreter's start: create,
+        connect, and the gate's release carrying the interpreter and the cell),
+        and Ctrl-C adds 1 (the interrupt sent to the cell).
 
         Raises:
             ValueError, TypeError: invalid arguments, before any request.
@@ -74,8 +75,8 @@ class InterpreterMethods(LeaseCore):
     ) -> CodeContext:
         """A separate Python interpreter in this sandbox (nothing shared with the others).
 
-        Nothing is sent until its first cell (which costs 3 requests more, to
-        start it); ``close()`` stops it, and so does closing the lease.
+        Nothing is sent until its first cell (which costs 3 requests: it starts the
+        interpreter); ``close()`` stops it, and so does closing the lease.
 
         Args:
             cwd: its working directory (default: the sandbox's own).

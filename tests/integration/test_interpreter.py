@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import queue
 import threading
 import time
 
@@ -24,13 +25,17 @@ def test_one_request_per_cell_and_the_state_kept(emulator: Emulator, box: Lease)
     emulator.clear_request_log()
     first = box.run_code("x = 20\nx + 1")
     assert first.text == "21" and first.error is None and not first.restarted
-    started = [op for op, _ in operations(emulator, box.id)]  # the interpreter's start, then it
-    assert started == ["process.create", "process.connect", "process.input", "process.input"]
+    started = [op for op, _ in operations(emulator, box.id)]  # the cell rides the start's gate
+    assert started == ["process.create", "process.connect", "process.input"]
     emulator.clear_request_log()
     for n in range(5):
         execution = box.run_code(f"print('cell {n}')\nx + {n}")
         assert execution.stdout == f"cell {n}\n" and execution.text == str(20 + n)
     assert operations(emulator, box.id) == [("process.input", 200)] * 5
+    box.run_code("import os\nos._exit(0)")  # the interpreter ends under its cell
+    emulator.clear_request_log()
+    assert box.run_code("1").restarted  # a new one, started with the cell: 3 requests again
+    assert [op for op, _ in operations(emulator, box.id)] == started
 
 
 def test_results_errors_and_output_live(box: Lease) -> None:
@@ -107,6 +112,33 @@ def test_ctrl_c_interrupts_the_cell_in_the_sandbox(box: Lease) -> None:
     assert time.monotonic() - started < 8  # the cell ended there: not the timeout, not the grace
     after = box.run_code("kept")
     assert after.text == "2" and not after.restarted
+
+
+class _LosesTheEnd(queue.Queue):  # type: ignore[type-arg]
+    """A kernel's frames, where Ctrl-C comes just as the end frame was taken."""
+
+    lost = False
+
+    def get(self, block: bool = True, timeout: float | None = None) -> object:
+        item = super().get(block, timeout)
+        if getattr(item, "kind", None) == "end" and not self.lost:
+            self.lost = True
+            raise KeyboardInterrupt
+        return item
+
+
+def test_ctrl_c_as_the_cell_ends_neither_waits_nor_loses_the_context(box: Lease) -> None:
+    context = box.code_context()
+    context.run_code("kept = 4")
+    assert context._kernel is not None
+    context._kernel.frames = _LosesTheEnd()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        context.run_code("1")
+    assert time.monotonic() - started < 3  # the end came again: not the 5 s grace
+    after = context.run_code("kept")
+    assert after.text == "4" and not after.restarted
+    context.close()
 
 
 def test_a_cell_printing_a_lot_keeps_the_last_part_and_streams_all(box: Lease) -> None:

@@ -6,6 +6,8 @@ import base64
 
 import pytest
 
+from createos_sync import process
+from createos_sync._commands.command import Command
 from createos_sync.errors import ProtocolError
 from createos_sync.interpreter import _frames
 
@@ -64,3 +66,19 @@ def test_a_continued_frame_larger_than_any_result_is_refused() -> None:
     with pytest.raises(ProtocolError, match="larger than any of its own"):
         for _ in range(_frames.MAX_FRAME // (1024 * 1024) + 1):
             reader.feed(piece)
+
+
+@pytest.mark.parametrize("closed", [{"stdin": b"data"}, {"stdin": None, "pty": (24, 80)}])
+def test_a_first_input_rides_only_a_gate_released_by_a_line(closed: dict[str, object]) -> None:
+    # (how the kernel and its first cell reach it: with the start gate's release)
+    command = Command.parse(["python3"])
+    with pytest.raises(ValueError, match="first_input needs an open stdin and no terminal"):
+        process.start(
+            None,  # type: ignore[arg-type]  (refused before the box is used)
+            command,
+            max_output=0,
+            on_output=None,
+            echo=None,
+            first_input=b"x",
+            **closed,  # type: ignore[arg-type]
+        )

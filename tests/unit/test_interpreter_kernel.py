@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,15 @@ class LocalKernel:
         )
         self.reader = _frames.FrameReader()
         self.booted = False
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.reading: threading.Thread | None = None  # started at the first read: until then
+        # the kernel's stdout fills up as nobody reads it
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(b"")
 
     def send(self, data: bytes) -> None:
         assert self.process.stdin is not None
@@ -40,16 +51,22 @@ class LocalKernel:
         self.process.stdin.write(data)
         self.process.stdin.flush()
 
-    def cell(self, code: str, timeout: float = 30.0) -> Cell:
+    def cell(self, code: str, timeout: float = 30.0, wait: float = 60.0) -> Cell:
         token = _frames.new_token()
         self.send(_frames.request("run", token, code=code, timeout=timeout))
-        return self.until_end(token)
+        return self.until_end(token, wait)
 
-    def until_end(self, token: str) -> Cell:
-        assert self.process.stdout is not None
+    def until_end(self, token: str, wait: float = 60.0) -> Cell:
+        if self.reading is None:
+            self.reading = threading.Thread(target=self._read, daemon=True)
+            self.reading.start()
         cell = Cell()
+        ends = time.monotonic() + wait
         while True:
-            line = self.process.stdout.readline()
+            try:
+                line = self.lines.get(timeout=max(0.0, ends - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"the cell did not end within {wait} s") from None
             if not line:
                 cell.died = True
                 return cell
@@ -225,6 +242,107 @@ def test_an_interrupt_request_reaches_only_its_own_cell(kernel: LocalKernel) -> 
     cell = kernel.until_end(token)
     assert cell.error is not None and cell.error["name"] == "KeyboardInterrupt"
     assert kernel.cell("1 + 1").error is None  # no interrupt left over for the next cell
+
+
+def test_an_interrupt_whose_signal_went_unseen_is_delivered_again(kernel: LocalKernel) -> None:
+    # SIGINT landing after Python's last check for signals and before a blocking call (under
+    # load: the interrupted cell then slept its full 60 s) is taken without effect. Here the
+    # cell takes the timeout's SIGINT itself, without effect, then blocks.
+    code = (
+        "import signal, time\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+        "time.sleep(1.0)\n"  # the timeout's SIGINT comes meanwhile, and waits
+        "signal.sigtimedwait({signal.SIGINT}, 0)\n"  # taken: unseen
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+        "time.sleep(20)\n"
+    )
+    started = time.monotonic()
+    cell = kernel.cell(code, timeout=0.2)
+    assert cell.error is not None and cell.error["name"] == "KeyboardInterrupt"
+    assert cell.end["timed_out"] is True
+    assert time.monotonic() - started < 10
+    assert kernel.cell("1 + 1").error is None
+
+
+def test_a_cells_own_sigint_handler_gets_one_signal_per_interrupt(kernel: LocalKernel) -> None:
+    code = (
+        "import signal, time\n"
+        "seen = []\n"
+        "signal.signal(signal.SIGINT, lambda *_: seen.append(1))\n"
+        "time.sleep(1.5)\n"
+        "len(seen)"
+    )
+    cell = kernel.cell(code, timeout=0.2)
+    assert cell.error is None and cell.results[0]["data"]["text/plain"] == "1"
+
+
+def test_an_interrupt_never_cuts_a_frame_line(kernel: LocalKernel) -> None:
+    # Nobody reads the kernel's stdout: it blocks in the middle of a frame line (64 KiB, a
+    # pipe's size), and the interrupt's SIGINT lands there. The line must end whole first.
+    token = _frames.new_token()
+    code = "import sys, time\nsys.stdout.write('x' * 200_000)\ntime.sleep(20)"
+    kernel.send(_frames.request("run", token, code=code, timeout=60))
+    time.sleep(1.0)  # the kernel fills the pipe and blocks
+    kernel.send(_frames.request("interrupt", token))
+    time.sleep(0.5)  # the signal lands
+    cell = kernel.until_end(token)  # a cut line: ProtocolError here
+    assert cell.error is not None and cell.error["name"] == "KeyboardInterrupt"
+    assert cell.stream("out") == "x" * 200_000
+    assert kernel.cell("1 + 1").error is None
+
+
+def test_an_interrupt_for_the_cell_that_ended_last_sends_its_end_again(kernel: LocalKernel) -> None:
+    # The client, interrupted (Ctrl-C) just as it took the end frame, asks again.
+    token = _frames.new_token()
+    kernel.send(_frames.request("run", token, code="6 * 7", timeout=30))
+    first = kernel.until_end(token)
+    kernel.send(_frames.request("interrupt", token))
+    again = kernel.until_end(token, wait=10)
+    assert again.end == first.end and again.end["count"] == 1
+    assert kernel.cell("1").foreign == 0  # nothing more
+
+
+# Compiled as the kernel's own code (so that the kernel takes it for its own): at the AT-th
+# line the kernel runs during the next cell, another thread interrupts that cell, as a request
+# would. Left armed (AT = 0), it counts those lines.
+_INTERRUPT_AT = """
+import gc, sys, threading
+kernel = next(o for o in gc.get_objects() if type(o).__name__ == "Kernel")
+def tracer(frame, event, arg, seen=[0]):
+    if frame.f_code.co_filename != kernel.run.__code__.co_filename:
+        return None
+    if event == "line" and kernel.running is not None:
+        seen[0] += 1
+        if seen[0] == AT:
+            sys.settrace(None)
+            threading.Thread(target=kernel.interrupt, args=(kernel.running,)).start()
+    return tracer
+sys.settrace(tracer)
+"""
+_ARM = (
+    "import gc\n"
+    "_kernel = next(o for o in gc.get_objects() if type(o).__name__ == 'Kernel')\n"
+    "_at = {'AT': %d}\n"
+    "exec(compile(%r, _kernel.run.__code__.co_filename, 'exec'), _at)\n"
+)
+_WRITES = "import sys\nsys.stdout.write('x' * 100_000)"  # 3 frame lines, then a result
+
+
+def test_an_interrupt_at_any_line_of_the_kernels_own_code_leaves_it_whole(
+    kernel: LocalKernel,
+) -> None:
+    kernel.cell(_ARM % (0, _INTERRUPT_AT))
+    assert kernel.cell(_WRITES).error is None
+    lines = kernel.cell("import sys\nsys.settrace(None)\n_at['tracer'].__defaults__[0][0]")
+    count = int(lines.results[0]["data"]["text/plain"])
+    assert count > 100  # the cell's start, its writes, its result, its end
+    for at in range(1, count + 1):
+        kernel.cell(_ARM % (at, _INTERRUPT_AT))
+        cell = kernel.cell(_WRITES, wait=10)  # never a cut frame line, never a stall
+        assert not cell.died, at
+        assert cell.error is None or cell.error["name"] == "KeyboardInterrupt", (at, cell.error)
+        assert cell.stream("out") in ("", "x" * 100_000), at
+        assert kernel.cell("1 + 1").results[0]["data"]["text/plain"] == "2", at
 
 
 def test_printing_a_frame_line_cannot_end_the_cell(kernel: LocalKernel) -> None:
