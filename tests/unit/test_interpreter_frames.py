@@ -77,6 +77,7 @@ def test_a_first_input_rides_only_a_gate_released_by_a_line(closed: dict[str, ob
             None,  # type: ignore[arg-type]  (refused before the box is used)
             command,
             max_output=0,
+            text=True,
             on_output=None,
             echo=None,
             first_input=b"x",
