@@ -99,7 +99,7 @@ def launch(
                 )
             if not may_have_taken_effect(exc):
                 raise
-            _poison(box, exc)
+            poison_after(box, exc)
         process_id: str = record["process_id"]
         box.table.started(process_id)
     log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
@@ -122,7 +122,7 @@ def release(
     _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
 
 
-def _poison(box: Box, exc: BaseException) -> NoReturn:
+def poison_after(box: Box, exc: BaseException) -> NoReturn:
     """A process creation of unknown outcome: poison the lease, and say so in the error."""
     box.table.ambiguous_creation()
     log.error(
@@ -288,4 +288,3 @@ def run(
     )
     execution.follower.raise_if_lost(result)
     return result
-

@@ -134,6 +134,11 @@ class Stream:
             pass  # timed out or broke: the connection is not reusable
         return False
 
+    def read_within(self, seconds: float) -> None:
+        """Make the next reads of ``chunks`` give up after ``seconds`` of silence (the
+        stream then breaks): a stream kept open across commands has no deadline of its own."""
+        self._bound_reads(seconds)
+
     def _bound_reads(self, seconds: float) -> None:
         """Make each socket read wait at most ``seconds`` (none is needed once urllib3
         has seen the body end and released the connection)."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import files, process
 from .._commands import execution as _execution
+from .._commands import session as _session
 from .._commands.command import Command
 from .._commands.output import Capture, fan_out
 from .._commands.output import echo as echo_output
@@ -81,8 +82,15 @@ class CommandMethods(LeaseCore):
                 its input; ``stdin`` cannot be given with it (type into a
                 terminal with ``start(..., pty=...)``). None or False: pipes.
 
-        Request budget: 3 (create, output stream, start-gate release), plus 1
-        upload when ``stdin`` is given, plus reconnections of a dropped stream.
+        Request budget: 1 in steady state (one input request to the lease's
+        command session, ``stdin`` and env included); the lease's first command
+        costs 3 (the session's creation and stream, then the command). A
+        timeout or Ctrl-C adds 1 (ending the command's processes) and 1 to
+        reattach the stream; a dropped stream adds its reconnections. Terminals
+        (``pty``), stdin given as a file, a command or stdin over about 32 KiB,
+        and a command while another runs in the session from another thread
+        take a managed process: 3 (create, output stream, start-gate release),
+        plus 1 upload when ``stdin`` is given.
 
         Raises:
             ValueError, TypeError: invalid arguments, before any request.
@@ -99,16 +107,25 @@ class CommandMethods(LeaseCore):
         size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
-        result = _execution.run(
-            box,
-            command,
-            stdin=stdin,
-            timeout=limit,
-            capture=Capture(max_output),
-            deliver=fan_out(on_output, echo_output if echo else None),
-            escalate=self._destroy_now,
-            pty=size,
-        )
+        capture = Capture(max_output)
+        deliver = fan_out(on_output, echo_output if echo else None)
+        result = None
+        if size is None:
+            result = _session.try_run(
+                box, command, stdin=stdin, timeout=limit, capture=capture, deliver=deliver,
+                escalate=self._destroy_now,
+            )  # fmt: skip
+        if result is None:
+            result = _execution.run(
+                box,
+                command,
+                stdin=stdin,
+                timeout=limit,
+                capture=capture,
+                deliver=deliver,
+                escalate=self._destroy_now,
+                pty=size,
+            )
         return result.check() if check else result
 
     def start(

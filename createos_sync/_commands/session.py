@@ -1,0 +1,404 @@
+"""A lease's command session: one request and about one round trip per ``run()``.
+
+The first ``run()`` of a lease starts a supervisor (``supervisor.sh``) as one
+managed process and attaches its output stream, which then stays attached;
+every command after that is one ``input`` request to it, and its output, end
+and exit status come back on that stream (``framing``). What it costs:
+
+- first command: 3 requests (create the session, attach its stream, the
+  command), as a start-gated process; every later one: 1;
+- a timeout or Ctrl-C: 1 more (the supervisor ends the command's processes,
+  found by process group and by the env marker they inherit, and says when
+  none is left), plus 1 to reattach the stream the deadline broke; unconfirmed
+  twice, the session is terminated (``DELETE``, ``tree_exited``), and if that
+  is unconfirmed too the lease is poisoned and destroys its sandbox;
+- a dropped stream: 1 reconnection from the last sequence number, as any
+  managed process.
+
+Terminals, ``start()``, stdin given as a file, commands too long for one
+request line, and a second command while the session is busy keep the
+managed-process path (``execution``); so does everything once
+``CREATEOS_SYNC_SESSION=0`` is set.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from importlib import resources
+
+from .._sandboxes.box import Box
+from .._sandboxes.containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
+from .._wire import api as _api
+from .._wire.deadline import Deadline
+from ..errors import CreateosError, LeaseClosed, OutputLostError, may_have_taken_effect
+from ..result import RunResult, describe_args
+from . import framing
+from .command import SHELL, Command
+from .execution import StdinData, gone_with_its_sandbox, poison_after
+from .follow import Deliver, lost_output
+from .output import Capture
+from .session_stream import Ended, SessionStream
+
+log = logging.getLogger("createos_sync.process")
+
+SWITCH = "CREATEOS_SYNC_SESSION"  # "0": every command takes the managed-process path
+MAX_REQUEST_BYTES = 32 * 1024  # the supervisor reads a request a byte at a time
+SESSION_ARGV0 = "createos-sync-session"
+SCRIPT = resources.files(__package__).joinpath("supervisor.sh").read_text("utf-8")
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1").strip() != "0"
+
+
+def inline_stdin(stdin: StdinData | None) -> tuple[bool, bytes | None]:
+    """``(fits, data)``: stdin as bytes for a request line, or ``fits=False`` (a file)."""
+    if stdin is None:
+        return True, None
+    if isinstance(stdin, str):
+        return True, stdin.encode("utf-8", "surrogateescape")
+    if isinstance(stdin, (bytes, bytearray, memoryview)):
+        return True, bytes(stdin)
+    return False, None
+
+
+class _Slot:
+    """The session of one lease (at most one), and who is using it."""
+
+    def __init__(self) -> None:
+        self.busy = threading.Lock()
+        self.session: Session | None = None
+        self.unavailable = False  # the supervisor could not start here: managed path only
+
+
+_SLOTS: weakref.WeakKeyDictionary[Box, _Slot] = weakref.WeakKeyDictionary()
+_SLOTS_LOCK = threading.Lock()
+
+
+def _slot(box: Box) -> _Slot:
+    with _SLOTS_LOCK:
+        slot = _SLOTS.get(box)
+        if slot is None:
+            slot = _SLOTS[box] = _Slot()
+        return slot
+
+
+def try_run(
+    box: Box,
+    command: Command,
+    *,
+    stdin: StdinData | None,
+    timeout: float,
+    capture: Capture,
+    deliver: Deliver | None,
+    escalate: Callable[[], None],
+) -> RunResult | None:
+    """Run ``command`` in the lease's session; None when it must take the managed path."""
+    if not enabled():
+        return None
+    fits, data = inline_stdin(stdin)
+    if not fits:
+        return None
+    request = framing.run_request(framing.new_token(), 0, command.cwd, data, command.script())
+    if len(request) > MAX_REQUEST_BYTES:
+        return None
+    slot = _slot(box)
+    if slot.unavailable or not slot.busy.acquire(blocking=False):
+        return None  # another thread's command runs in it: a managed process for this one
+    try:
+        if box.closing.is_set():
+            raise LeaseClosed("this lease is closing: no new process may start in it")
+        if slot.session is None or slot.session.ended:
+            slot.session = Session.start(box)
+        result = slot.session.run(command, data, timeout, capture, deliver, escalate)
+        if result is None:  # the supervisor could not run at all (exit before any command)
+            slot.unavailable = True
+        return result
+    finally:
+        slot.busy.release()
+
+
+def retire(box: Box, *, sandbox_ends: bool) -> None:
+    """The lease is closing: end its idle session (a busy one is terminated with the rest).
+
+    When the sandbox is destroyed anyway, nothing is sent; else the
+    supervisor's stdin is closed (1 request) and it exits, leaving what
+    commands started in the background running, as a managed process would.
+    """
+    slot = _slot(box)
+    if not slot.busy.acquire(blocking=False):
+        return
+    try:
+        session, slot.session = slot.session, None
+        if session is not None and not session.ended:
+            session.retire(sandbox_ends)
+    finally:
+        slot.busy.release()
+
+
+class Session:
+    """One supervisor process of a lease, followed over its one output stream."""
+
+    def __init__(self, box: Box, process_id: str) -> None:
+        self.box = box
+        self.id = process_id
+        self.stream = SessionStream(box, process_id)
+        self.ended = False
+        self._count = 0
+        self._ran = False
+
+    @classmethod
+    def start(cls, box: Box) -> Session:
+        """Create the supervisor (1 request) and attach its stream (1): journaled as any
+        creation (an unknown outcome poisons the lease)."""
+        deadline = box.deadline()
+        args = ["-c", SCRIPT, SESSION_ARGV0, box.sandbox_id]
+        with box.table.creating():
+            try:
+                record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
+            except BaseException as exc:
+                if not may_have_taken_effect(exc):
+                    raise
+                poison_after(box, exc)
+            process_id: str = record["process_id"]
+            box.table.started(process_id)
+        log.info("started command session %s in sandbox %s", process_id, box.sandbox_id)
+        session = cls(box, process_id)
+        try:
+            session.stream.attach(deadline)
+        except BaseException:
+            session.abandon()
+            raise
+        return session
+
+    def run(
+        self,
+        command: Command,
+        stdin: bytes | None,
+        timeout: float,
+        capture: Capture,
+        deliver: Deliver | None,
+        escalate: Callable[[], None],
+    ) -> RunResult | None:
+        """One command, to its end or its timeout; None if the supervisor never ran."""
+        started = time.monotonic()
+        deadline = Deadline.after(timeout)
+        self._count += 1
+        current = _Current(framing.new_token(), capture, deliver)
+        self.stream.listen(current)
+        request = framing.run_request(
+            current.token, self._count, command.cwd, stdin, command.script()
+        )
+        try:
+            try:
+                self._send(request, deadline, command.secrets())
+            except BaseException as exc:
+                if isinstance(exc, CreateosError) and not may_have_taken_effect(exc):
+                    if not self._ran and self.stream.read_end(self.box.deadline(5.0)):
+                        self.ended = True
+                        return None  # it exited before reading anything: never ran
+                    self.abandon()
+                    raise
+                raise
+            self._ran = True
+            ended = self.stream.until_done(current, deadline)
+        except BaseException as exc:
+            if gone_with_its_sandbox(exc):
+                self.ended = True
+                raise
+            self._stop(current, escalate)
+            if self.box.table.was_cut(self.id):
+                raise self._closed(command) from None
+            raise
+        if isinstance(ended, Ended):  # the supervisor itself ended under the command
+            return self._lost(command, current, ended, started, timeout)
+        timed_out = not current.done
+        if timed_out:
+            log.info("command %d of session %s timed out after %g s", self._count, self.id, timeout)
+            self._stop(current, escalate)
+        current.flush()
+        exit_code, signal = (None, None) if timed_out else current.status()
+        return RunResult(
+            args=command.args,
+            exit_code=exit_code,
+            stdout=capture.stdout.getvalue(),
+            stderr=capture.stderr.getvalue(),
+            process_id=f"{self.id}.{self._count}",
+            signal=signal,
+            timed_out=timed_out,
+            truncated=capture.truncated,
+            duration=time.monotonic() - started,
+            timeout=timeout,
+        )
+
+    def _send(self, line: bytes, deadline: Deadline, secrets: tuple[str, ...] = ()) -> None:
+        _api.send_input(
+            self.box.transport, self.box.sandbox_id, self.id, line, deadline, secrets=secrets
+        )
+
+    def _stop(self, current: _Current, escalate: Callable[[], None]) -> None:
+        """End the command's processes and confirm it; else end the session; else poison."""
+        try:
+            if not self.ended and self._end_command(current):
+                return
+            self.abandon()
+        except KeyboardInterrupt:
+            log.warning("interrupted while ending command %d: destroying the sandbox", self._count)
+            escalate()
+            raise
+
+    def _end_command(self, current: _Current) -> bool:
+        """Ask the supervisor to end the command (1 request), twice at most; True once it
+        says no process of it is left and the command's end records arrived."""
+        budget = CleanupTime.of(self.box.transport)
+        for attempt in (budget.terminate(), budget.retry()):
+            report = framing.new_token()
+            current.kill_token = report
+            try:
+                self._send(framing.kill_request(report, self._count, DEFAULT_GRACE), attempt)
+                left = self.stream.until_killed(current, attempt)
+            except CreateosError as exc:
+                log.warning("could not end command %d of session %s: %s", self._count, self.id, exc)
+                continue
+            if isinstance(left, Ended):
+                self._note_end(left)
+                return False  # the supervisor ended: its tree is confirmed by terminate
+            if left == 0 and current.done:
+                return True
+        return False
+
+    def abandon(self) -> None:
+        """Terminate the whole session (``DELETE``, confirmed by ``tree_exited``)."""
+        self.ended = True
+        self.stream.close()
+        confirmed = terminate_confirmed(
+            self.box.transport,
+            self.box.sandbox_id,
+            self.id,
+            budget=CleanupTime.of(self.box.transport),
+        )
+        self.box.table.settle(self.id, confirmed)
+        if not confirmed:
+            log.error("termination of command session %s could not be confirmed", self.id)
+
+    def retire(self, sandbox_ends: bool) -> None:
+        self.ended = True
+        self.stream.close()
+        if not sandbox_ends:
+            try:
+                _api.close_stdin(
+                    self.box.transport, self.box.sandbox_id, self.id, self.box.deadline()
+                )
+            except CreateosError as exc:  # it stays unfinished: closing terminates it
+                log.warning("could not end command session %s: %s", self.id, exc)
+                return
+        self.box.table.finished(self.id)
+
+    def _note_end(self, ended: Ended) -> None:
+        self.ended = True
+        self.box.table.finished(self.id)
+        log.warning("command session %s ended (%s)", self.id, ended.exit)
+
+    def _lost(
+        self, command: Command, current: _Current, ended: Ended, started: float, timeout: float
+    ) -> RunResult:
+        """The supervisor ended while the command ran (``kill -9 -1``, say): whatever of the
+        command is left is terminated with the session, and the loss is raised."""
+        self._note_end(ended)
+        if self.box.table.was_cut(self.id):
+            raise self._closed(command)
+        self.abandon()
+        current.flush()
+        result = RunResult(
+            args=command.args,
+            exit_code=None,
+            stdout=current.capture.stdout.getvalue(),
+            stderr=current.capture.stderr.getvalue(),
+            process_id=f"{self.id}.{self._count}",
+            truncated=current.capture.truncated,
+            duration=time.monotonic() - started,
+            timeout=timeout,
+        )
+        lost = lost_output(
+            self.stream.last_seq + 1,
+            None,
+            "the command ended its own session (it killed the supervisor): its exit status "
+            "and any later output are unknown, and what was left of it was terminated",
+        )
+        lost.result = result
+        raise lost
+
+    def _closed(self, command: Command) -> LeaseClosed:
+        return LeaseClosed(
+            f"the lease was closed while command {describe_args(command.args)} ran: closing it "
+            f"terminated its session {self.id}"
+        )
+
+
+class _Current:
+    """The command in flight: its token, its sinks, and what the supervisor said of it."""
+
+    def __init__(self, token: str, capture: Capture, deliver: Deliver | None) -> None:
+        self.token = token
+        self.kill_token: str | None = None
+        self.capture = capture
+        self.deliver = deliver
+        self.stdout_end: str | None = None  # "x CODE" or "s SIGNUM"
+        self.stderr_ended = False
+        self.killed_left: int | None = None
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
+        }
+
+    def tokens(self) -> tuple[str, ...]:
+        return (self.token,) if self.kill_token is None else (self.token, self.kill_token)
+
+    @property
+    def done(self) -> bool:
+        return self.stdout_end is not None and self.stderr_ended
+
+    def output(self, stream: str, data: bytes) -> None:
+        if stream == "stdout" and self.stdout_end is not None:
+            return  # after the end record: a late kill report's neighbours, never output
+        if stream == "stderr" and self.stderr_ended:
+            return
+        self.capture.write(stream, data)
+        if self.deliver is not None:
+            text = self._decoders[stream].decode(data)
+            if text:
+                self.deliver(stream, text)
+
+    def record(self, stream: str, record: framing.Record) -> None:
+        if record.token == self.kill_token and record.tail.startswith("k "):
+            self.killed_left = _int(record.tail[2:], default=1)
+        elif record.token == self.token and stream == "stderr":
+            self.stderr_ended = True
+        elif record.token == self.token and stream == "stdout" and self.stdout_end is None:
+            self.stdout_end = record.tail
+
+    def status(self) -> tuple[int | None, str | None]:
+        kind, _, value = (self.stdout_end or "").partition(" ")
+        number = _int(value, default=-1)
+        if kind == "s" and number > 0:
+            return None, framing.signal_name(number)
+        if kind == "x" and number >= 0:
+            return number, None
+        raise OutputLostError(f"the command session gave an unreadable status ({kind!r})")
+
+    def flush(self) -> None:
+        if self.deliver is None:
+            return
+        for name, decoder in self._decoders.items():
+            text = decoder.decode(b"", final=True)
+            if text:
+                self.deliver(name, text)
+
+
+def _int(text: str, *, default: int) -> int:
+    return int(text) if text.isdigit() else default

@@ -1,0 +1,190 @@
+"""The output stream of a command session: attached once, read command by command.
+
+It stays attached between commands (nothing reads it then: the supervisor
+writes nothing while idle), so a command costs no reconnection. A read waits
+at most until the command's deadline (``Stream.read_within``): a stream
+broken by a deadline, or dropped by the network, is reattached from the last
+sequence number seen, skipping frames already read; a sequence gap or an
+evicted offset is ``OutputLostError``, as for any managed process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .._sandboxes import sandbox as _sandbox
+from .._sandboxes.box import Box
+from .._wire import api as _api
+from .._wire.api.common import STREAM_IDLE_TIMEOUT
+from .._wire.deadline import Deadline
+from .._wire.http import Stream
+from .._wire.ndjson import Data, Error, Exit, parse_frame, split_lines
+from .._wire.retry import UNKNOWN_OUTCOME_STATUSES
+from ..errors import CreateosApiError, ProtocolError
+from . import framing
+from .follow import EVICTED, EVICTED_WHY, REFUSED_FOR_A_DEAD_SANDBOX, lost_output
+
+if TYPE_CHECKING:
+    from .session import _Current
+
+log = logging.getLogger("createos_sync.process")
+
+RECONNECTS = 5  # in a row without a frame: the stream is gone
+BACKOFF = 0.1
+SUPERVISOR_COULD_NOT_START = 97  # supervisor.sh: no private directory for its FIFOs
+
+
+@attrs.frozen
+class Ended:
+    """The supervisor process itself ended: its exit frame."""
+
+    exit: Exit
+
+
+class SessionStream:
+    def __init__(self, box: Box, process_id: str) -> None:
+        self._box = box
+        self._id = process_id
+        self.last_seq = 0
+        self._stream: Stream | None = None
+        self._lines: Iterator[bytes] | None = None
+        self._scanners: dict[str, framing.RecordScanner] = {}
+
+    def attach(self, deadline: Deadline) -> None:
+        """Connect from the last sequence number seen (1 request)."""
+        self.close()
+        try:
+            stream = _api.connect_output(
+                self._box.transport, self._box.sandbox_id, self._id, self.last_seq,
+                Deadline.after(float("inf")),
+            )  # fmt: skip
+        except CreateosApiError as exc:
+            if exc.status == 410:
+                raise lost_output(self.last_seq + 1, None, EVICTED_WHY) from None
+            if exc.status in REFUSED_FOR_A_DEAD_SANDBOX:
+                _sandbox.raise_if_unavailable(
+                    self._box.transport, self._box.sandbox_id, deadline,
+                    f"it stopped serving while command session {self._id} ran",
+                    self._box.explain,
+                )  # fmt: skip
+            raise
+        self._stream = stream
+        self._lines = split_lines(stream.chunks())
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        self._stream = None
+        self._lines = None
+
+    def listen(self, current: _Current) -> None:
+        """Route the next frames to ``current``: output to its sinks, records to it."""
+        self._scanners = {
+            name: framing.RecordScanner(
+                current.tokens,
+                lambda data, name=name: current.output(name, data),  # type: ignore[misc]
+                lambda record, name=name: current.record(name, record),  # type: ignore[misc]
+            )
+            for name in ("stdout", "stderr")
+        }
+
+    def until_done(self, current: _Current, deadline: Deadline) -> Ended | None:
+        """Read until the command's end records; None once they came or the deadline did."""
+        while not current.done:
+            frame = self._next(deadline)
+            if frame is None:
+                return None
+            if isinstance(frame, Exit):
+                self._flush()
+                return Ended(frame)
+        return None
+
+    def until_killed(self, current: _Current, deadline: Deadline) -> int | Ended:
+        """Read until the kill report and the end records; the processes left (1: unknown)."""
+        current.killed_left = None
+        while current.killed_left is None or not current.done:
+            frame = self._next(deadline)
+            if frame is None:
+                return 1 if current.killed_left is None else max(current.killed_left, 1)
+            if isinstance(frame, Exit):
+                self._flush()
+                return Ended(frame)
+        return current.killed_left
+
+    def read_end(self, deadline: Deadline) -> bool:
+        """True if the supervisor exited because it could not start (it read nothing)."""
+        try:
+            while True:
+                frame = self._next(deadline)
+                if frame is None:
+                    return False
+                if isinstance(frame, Exit):
+                    return frame.exit_code == SUPERVISOR_COULD_NOT_START
+        except CreateosApiError:
+            return False
+
+    def _flush(self) -> None:
+        for scanner in self._scanners.values():
+            scanner.flush()
+
+    def _next(self, deadline: Deadline) -> Exit | Data | None:
+        """The next data or exit frame, fed to the scanners; None at the deadline."""
+        failures = 0
+        while True:
+            if deadline.expired():
+                return None
+            try:
+                if self._lines is None:
+                    self.attach(deadline)
+                assert self._stream is not None and self._lines is not None
+                self._stream.read_within(max(0.001, min(deadline.remaining(), STREAM_IDLE_TIMEOUT)))
+                line = next(self._lines)
+            except StopIteration:
+                self.close()
+                failures += 1
+                if failures > RECONNECTS:
+                    raise CreateosApiError(
+                        "process.connect", None, detail="the session's stream keeps ending"
+                    ) from None
+                if failures > 1:
+                    self._box.sleep(min(2.0, BACKOFF * 2 ** (failures - 2)))
+                continue
+            except CreateosApiError as exc:
+                self.close()
+                if deadline.expired():
+                    return None
+                if exc.status is not None and exc.status not in UNKNOWN_OUTCOME_STATUSES:
+                    raise
+                failures += 1
+                if failures > RECONNECTS:
+                    raise
+                if failures > 1:
+                    self._box.sleep(min(2.0, BACKOFF * 2 ** (failures - 2)))
+                continue
+            frame = parse_frame(line)
+            if isinstance(frame, Data):
+                if frame.seq <= self.last_seq:
+                    continue
+                if frame.seq != self.last_seq + 1:
+                    raise lost_output(
+                        self.last_seq + 1, frame.seq - 1, "they are missing from the stream"
+                    )
+                self.last_seq = frame.seq
+                failures = 0
+                scanner = self._scanners.get(frame.stream)
+                if scanner is not None:
+                    scanner.feed(frame.data)
+                return frame
+            if isinstance(frame, Exit):
+                return frame
+            if isinstance(frame, Error):
+                if frame.error == EVICTED:
+                    oldest = frame.oldest_available_seq
+                    raise lost_output(
+                        self.last_seq + 1, None if oldest is None else oldest - 1, EVICTED_WHY
+                    )
+                raise ProtocolError("the command session's stream reported an error")
