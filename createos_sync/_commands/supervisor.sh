@@ -26,24 +26,39 @@ sid=$1
 LINGER=0.2
 set -m
 exec 4>&2 2>/dev/null 3</dev/null
-d=${TMPDIR:-/tmp}/createos-sync-session.$$
+d=${TMPDIR:-/tmp}/.createos-sync-session.$$
 mkdir -m 700 -- "$d" || exit 97
 trap 'rm -rf -- "$d"' EXIT
 mkfifo -m 600 -- "$d/tick" && exec 5<>"$d/tick" # read -t on it: a sleep without a fork
 
 nap() { IFS= read -r -t "$1" -u 5 _ || :; }
 
-# The status of job $1 (already waited for): "x CODE" or "s SIGNUM". `wait` gives 128+N
-# for both an exit(128+N) and a death by signal N; only the latter leaves a job notice.
+# The status of command $2 (already waited for, `wait` status $1): "x CODE" or "s SIGNUM".
+# `wait` gives 128+N for both an exit(128+N) and a death by signal N; only the latter
+# leaves a job notice (bash's words for the signal) that is neither "Exit" nor "Done".
 status_of() {
     s=$1 note= line=
     if [ "$s" -gt 128 ]; then
         while IFS= read -r line; do
-            case $line in *" Exit "* | *" Done "* | "") ;; *) note=1 ;; esac
+            case $line in *" Exit "* | *" Done "*) ;; *the_command*) note=1 ;; esac
         done <"$d/w$2"
     fi
     if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
 }
+
+# The command's own process (its job: the only one named the_command, see status_of).
+the_command() {
+    exec 4>&- 5>&-
+    if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
+    if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
+    export CREATEOS_SYNC_RUN="$sid.$n."
+    exec /bin/bash -lc "$script"
+}
+
+relaying() { kill -0 "$ro" || kill -0 "$re"; }
+
+# Whether a process carrying command $1's marker is alive (not a zombie: it has an env).
+marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ; }
 
 # One command, from its start to its end records: a background subshell per command.
 waiter() {
@@ -53,26 +68,23 @@ waiter() {
     ro=$!
     cat <"$e" >&4 &
     re=$!
-    (
-        exec 4>&- 5>&-
-        if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
-        if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
-        export CREATEOS_SYNC_RUN="$sid.$n."
-        exec /bin/bash -lc "$script"
-    ) >"$o" 2>"$e" &
+    the_command >"$o" 2>"$e" &
     c=$!
     echo "$c" >"$d/p$n"
     wait "$c" 2>"$d/w$n"
     s=$?
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
-    if kill -0 "$ro" || kill -0 "$re"; then # a background child may still hold them
+    if relaying; then nap 0.002; fi
+    if relaying && marked "$n"; then # a background child of it may hold them: LINGER
         waited=0
-        while { kill -0 "$ro" || kill -0 "$re"; } && [ "$waited" -lt 20 ]; do
+        while relaying && marked "$n" && [ "$waited" -lt 20 ]; do
             nap 0.01
             waited=$((waited + 1))
         done
-        for relay in "$ro:$o" "$re:$e"; do # cut: drain what comes later, then stop the relay
+    fi
+    if relaying && marked "$n"; then # cut: drain what comes later, then stop the relay
+        for relay in "$ro:$o" "$re:$e"; do
             if kill -0 "${relay%%:*}"; then
                 cat <"${relay#*:}" >/dev/null &
                 kill "${relay%%:*}"
@@ -131,6 +143,7 @@ while IFS=' ' read -r kind token n a b c; do
         if field "$a"; then has_cwd=1 cwd=$v; fi
         case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
         field "$c" && script=$v
+        [ -d "$d" ] || mkdir -m 700 -- "$d" # a command may have removed it
         if mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
             waiter "$token" "$n" &
         else
