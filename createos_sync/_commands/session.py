@@ -43,10 +43,11 @@ from .command import SHELL, Command
 from .execution import StdinData, gone_with_its_sandbox, poison_after
 from .follow import Deliver, lost_output
 from .output import Capture
-from .session_stream import Ended, SessionStream
+from .session_stream import SUPERVISOR_COULD_NOT_START, Ended, SessionStream
 
 log = logging.getLogger("createos_sync.process")
 
+WAITER_LOST = "L"  # the supervisor's record for a command whose watcher was killed
 SWITCH = "CREATEOS_SYNC_SESSION"  # "0": every command takes the managed-process path
 MAX_REQUEST_BYTES = 32 * 1024  # the supervisor reads a request a byte at a time
 SESSION_ARGV0 = "createos-sync-session"
@@ -217,7 +218,13 @@ class Session:
                 raise self._closed(command) from None
             raise
         if isinstance(ended, Ended):  # the supervisor itself ended under the command
+            if ended.exit.exit_code == SUPERVISOR_COULD_NOT_START:
+                self.ended = True
+                return None
             return self._lost(command, current, ended, started, timeout)
+        if current.stdout_end == WAITER_LOST:
+            self._stop(current, escalate)
+            return self._lost(command, current, None, started, timeout)
         timed_out = not current.done
         if timed_out:
             log.info("command %d of session %s timed out after %g s", self._count, self.id, timeout)
@@ -306,14 +313,21 @@ class Session:
         log.warning("command session %s ended (%s)", self.id, ended.exit)
 
     def _lost(
-        self, command: Command, current: _Current, ended: Ended, started: float, timeout: float
+        self,
+        command: Command,
+        current: _Current,
+        ended: Ended | None,
+        started: float,
+        timeout: float,
     ) -> RunResult:
-        """The supervisor ended while the command ran (``kill -9 -1``, say): whatever of the
-        command is left is terminated with the session, and the loss is raised."""
-        self._note_end(ended)
-        if self.box.table.was_cut(self.id):
-            raise self._closed(command)
-        self.abandon()
+        """The supervisor (``ended``), or the part of it that watched the command (None),
+        ended while the command ran (``kill -9 -1``, ``kill $PPID``): what is left of the
+        command is terminated (with the session, if that ended), and the loss is raised."""
+        if ended is not None:
+            self._note_end(ended)
+            if self.box.table.was_cut(self.id):
+                raise self._closed(command)
+            self.abandon()
         current.flush()
         result = RunResult(
             args=command.args,
@@ -328,7 +342,7 @@ class Session:
         lost = lost_output(
             self.stream.last_seq + 1,
             None,
-            "the command ended its own session (it killed the supervisor): its exit status "
+            "the command killed the session's supervisor that watched it: its exit status "
             "and any later output are unknown, and what was left of it was terminated",
         )
         lost.result = result

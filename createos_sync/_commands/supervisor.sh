@@ -26,8 +26,11 @@ sid=$1
 LINGER=0.2
 set -m
 exec 4>&2 2>/dev/null 3</dev/null
-d=${TMPDIR:-/tmp}/.createos-sync-session.$$
-mkdir -m 700 -- "$d" || exit 97
+tries=0 # a new name each time: one left by a session killed before its trap ran may exist
+until d=${TMPDIR:-/tmp}/.createos-sync-session.$$.$RANDOM$RANDOM && mkdir -m 700 -- "$d"; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 20 ] || exit 97
+done
 trap 'rm -rf -- "$d"' EXIT
 mkfifo -m 600 -- "$d/tick" && exec 5<>"$d/tick" # read -t on it: a sleep without a fork
 
@@ -136,7 +139,31 @@ field() { # $1 into $v; false for "-"
     esac
 }
 
-while IFS=' ' read -r kind token n a b c; do
+# A waiter killed by its command (`kill $PPID`) wrote no end records: say so instead.
+check_waiter() {
+    if [ -n "$cur_w" ] && ! kill -0 "$cur_w" && [ ! -e "$d/z$cur_n" ]; then
+        printf '\0\036%s\n' "$cur_t" >&4
+        printf '\0\036%s L\n' "$cur_t"
+        cur_w=
+    fi
+}
+
+set -f
+buf= cur_w= cur_n= cur_t=
+while :; do
+    IFS= read -r -t 1 part
+    rc=$?
+    buf=$buf$part
+    if [ "$rc" -gt 128 ]; then # no request for 1 s (a partial line is kept in buf)
+        check_waiter
+        continue
+    fi
+    [ "$rc" -eq 0 ] || exit 0 # stdin closed: the lease is done with this session
+    IFS=' '
+    # shellcheck disable=SC2086 # fields hold no space, no glob (set -f)
+    set -- $buf
+    IFS=
+    buf= kind=$1 token=$2 n=$3 a=$4 b=$5 c=$6
     case $kind in
     R)
         has_cwd= has_in= cwd= script=
@@ -146,6 +173,7 @@ while IFS=' ' read -r kind token n a b c; do
         [ -d "$d" ] || mkdir -m 700 -- "$d" # a command may have removed it
         if mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
             waiter "$token" "$n" &
+            cur_w=$! cur_n=$n cur_t=$token
         else
             printf '\0\036%s\n' "$token" >&4
             printf '\0\036%s x 126\n' "$token"
