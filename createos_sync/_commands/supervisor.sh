@@ -148,7 +148,6 @@ check_waiter() {
     fi
 }
 
-set -f
 buf= cur_w= cur_n= cur_t=
 while :; do
     IFS= read -r -t 1 part
@@ -160,9 +159,11 @@ while :; do
     fi
     [ "$rc" -eq 0 ] || exit 0 # stdin closed: the lease is done with this session
     IFS=' '
-    # shellcheck disable=SC2086 # fields hold no space, no glob (set -f)
+    set -f
+    # shellcheck disable=SC2086 # split on spaces only, no glob
     set -- $buf
-    IFS=
+    set +f
+    unset IFS
     buf= kind=$1 token=$2 n=$3 a=$4 b=$5 c=$6
     case $kind in
     R)
