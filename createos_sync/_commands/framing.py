@@ -98,18 +98,19 @@ class RecordScanner:
             if kept is None:  # not a record: the NUL is output
                 start = at + 1
                 continue
-            if kept < 0:  # maybe a record, not complete yet: hold it back
-                self._pass(buffer[:at])
+            self._pass(buffer[:at])  # the output before it comes first
+            if isinstance(kept, int):  # maybe a record, not complete yet: hold it back
                 self._held = buffer[at:]
                 return
-            self._pass(buffer[:at])
-            buffer = buffer[kept:]
+            end, record = kept
+            self._on_record(record)
+            buffer = buffer[end:]
             start = 0
         self._pass(buffer)
 
-    def _at_candidate(self, buffer: bytes, at: int) -> int | None:
-        """Where a record starting at ``at`` ends; -1 if it may be one not yet complete;
-        None if it is not a record."""
+    def _at_candidate(self, buffer: bytes, at: int) -> tuple[int, Record] | int | None:
+        """The record starting at ``at`` and where it ends; -1 if it may be one not yet
+        complete; None if it is not a record."""
         head = buffer[at : at + 2 + _TOKEN_CHARS]
         if not PREFIX.startswith(head[:2]):
             return None
@@ -122,8 +123,7 @@ class RecordScanner:
         if end < 0:
             return -1 if len(buffer) - at < MAX_RECORD else None
         tail = buffer[at + 2 + _TOKEN_CHARS : end].decode("ascii", "replace").strip()
-        self._on_record(Record(token, tail))
-        return end + 1
+        return end + 1, Record(token, tail)
 
     def _pass(self, data: bytes) -> None:
         if data:
