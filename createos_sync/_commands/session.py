@@ -116,7 +116,11 @@ def try_run(
         if box.closing.is_set():
             return None  # the managed path says how closing met this command
         if slot.session is None or slot.session.ended:
-            slot.session = Session.start(box)
+            deadline = Deadline.after(timeout)
+            try:
+                slot.session = Session.start(box, deadline)
+            except _AttachTimedOut:
+                return _never_started(command, timeout)  # as a start gate never released
         result = slot.session.run(command, data, timeout, capture, deliver, escalate)
         if result is None:  # the supervisor could not run at all (exit before any command)
             slot.unavailable = True
@@ -128,9 +132,11 @@ def try_run(
 def retire(box: Box, *, sandbox_ends: bool) -> None:
     """The lease is closing: end its idle session (a busy one is terminated with the rest).
 
-    When the sandbox is destroyed anyway, nothing is sent; else the
-    supervisor's stdin is closed (1 request) and it exits, leaving what
-    commands started in the background running, as a managed process would.
+    When the sandbox is destroyed, the session is left to the termination of
+    every unfinished process (1 ``DELETE``, confirmed, side by side with the
+    others): nothing may run on if the destroy fails. Else the supervisor's
+    stdin is closed (1 request) and it exits, leaving what commands started
+    in the background running in the kept sandbox, as a managed process would.
     """
     slot = _slot(box)
     if not slot.busy.acquire(blocking=False):
@@ -141,6 +147,19 @@ def retire(box: Box, *, sandbox_ends: bool) -> None:
             session.retire(sandbox_ends)
     finally:
         slot.busy.release()
+
+
+class _AttachTimedOut(Exception):
+    """The deadline passed while attaching a new session's stream (it was terminated)."""
+
+
+def _never_started(command: Command, timeout: float) -> RunResult:
+    """The deadline passed while the session was starting: the command was never sent."""
+    log.info("command %s timed out before its session started", describe_args(command.args))
+    return RunResult(
+        args=command.args, exit_code=None, stdout="", stderr="", process_id="",
+        timed_out=True, duration=timeout, timeout=timeout,
+    )  # fmt: skip
 
 
 class Session:
@@ -155,10 +174,9 @@ class Session:
         self._ran = False
 
     @classmethod
-    def start(cls, box: Box) -> Session:
-        """Create the supervisor (1 request) and attach its stream (1): journaled as any
-        creation (an unknown outcome poisons the lease)."""
-        deadline = box.deadline()
+    def start(cls, box: Box, deadline: Deadline) -> Session:
+        """Create the supervisor (1 request) and attach its stream (1, reconnected as any
+        stream): journaled as any creation (an unknown outcome poisons the lease)."""
         args = ["-c", SCRIPT, SESSION_ARGV0, box.sandbox_id]
         with box.table.creating():
             try:
@@ -172,9 +190,11 @@ class Session:
         log.info("started command session %s in sandbox %s", process_id, box.sandbox_id)
         session = cls(box, process_id)
         try:
-            session.stream.attach(deadline)
-        except BaseException:
+            session.stream.attach_retrying(deadline)
+        except BaseException as exc:
             session.abandon()
+            if isinstance(exc, CreateosError) and deadline.expired():
+                raise _AttachTimedOut() from exc
             raise
         return session
 
@@ -297,14 +317,13 @@ class Session:
     def retire(self, sandbox_ends: bool) -> None:
         self.ended = True
         self.stream.close()
-        if not sandbox_ends:
-            try:
-                _api.close_stdin(
-                    self.box.transport, self.box.sandbox_id, self.id, self.box.deadline()
-                )
-            except CreateosError as exc:  # it stays unfinished: closing terminates it
-                log.warning("could not end command session %s: %s", self.id, exc)
-                return
+        if sandbox_ends:
+            return  # unfinished: closing terminates it with the rest
+        try:
+            _api.close_stdin(self.box.transport, self.box.sandbox_id, self.id, self.box.deadline())
+        except CreateosError as exc:  # it stays unfinished: closing terminates it
+            log.warning("could not end command session %s: %s", self.id, exc)
+            return
         self.box.table.finished(self.id)
 
     def _note_end(self, ended: Ended) -> None:

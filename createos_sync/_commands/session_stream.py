@@ -59,9 +59,9 @@ class SessionStream:
         self.close()
         try:
             stream = _api.connect_output(
-                self._box.transport, self._box.sandbox_id, self._id, self.last_seq,
-                Deadline.after(float("inf")),
-            )  # fmt: skip
+                self._box.transport, self._box.sandbox_id, self._id, self.last_seq, deadline
+            )
+            stream.outlive_deadline()  # it serves later commands: reads are bounded instead
         except CreateosApiError as exc:
             if exc.status == 410:
                 raise lost_output(self.last_seq + 1, None, EVICTED_WHY) from None
@@ -74,6 +74,20 @@ class SessionStream:
             raise
         self._stream = stream
         self._lines = split_lines(stream.chunks())
+
+    def attach_retrying(self, deadline: Deadline) -> None:
+        """``attach``, reconnecting after a drop as a stream does (before any command)."""
+        failures = 0
+        while True:
+            try:
+                self.attach(deadline)
+                return
+            except CreateosApiError as exc:
+                failures += 1
+                if not _is_drop(exc) or failures > RECONNECTS or deadline.expired():
+                    raise
+                if failures > 1:
+                    self._box.sleep(min(2.0, BACKOFF * 2 ** (failures - 2)))
 
     def close(self) -> None:
         if self._stream is not None:
@@ -157,7 +171,7 @@ class SessionStream:
                 self.close()
                 if deadline.expired():
                     return None
-                if exc.status is not None and exc.status not in UNKNOWN_OUTCOME_STATUSES:
+                if not _is_drop(exc):
                     raise
                 failures += 1
                 if failures > RECONNECTS:
@@ -188,3 +202,8 @@ class SessionStream:
                         self.last_seq + 1, None if oldest is None else oldest - 1, EVICTED_WHY
                     )
                 raise ProtocolError("the command session's stream reported an error")
+
+
+def _is_drop(exc: CreateosApiError) -> bool:
+    """No answer, or a 5xx whose request may not have been handled: worth reconnecting."""
+    return exc.status is None or exc.status in UNKNOWN_OUTCOME_STATUSES

@@ -50,7 +50,6 @@ USER_AGENT = "createos-sync/0.1.0"
 Body = bytes | Callable[[], Any] | None
 
 
-
 @attrs.frozen
 class Reply:
     """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status."""
@@ -133,6 +132,13 @@ class Stream:
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
             pass  # timed out or broke: the connection is not reusable
         return False
+
+    def outlive_deadline(self) -> None:
+        """Keep the stream open past its request's deadline (the answer has come): a stream
+        kept across commands bounds each read with ``read_within`` instead."""
+        if self._cutoff is not None:
+            self._cutoff.cancel()
+            self._cutoff = None
 
     def read_within(self, seconds: float) -> None:
         """Make the next reads of ``chunks`` give up after ``seconds`` of silence (the
