@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import os
 import secrets
+import signal
 import threading
 
 import pytest
@@ -208,3 +210,26 @@ def test_the_session_is_off_with_the_switch(
     box.run("true")
 
     assert [name for name, _ in operations(emulator)].count("process.create") == 2
+
+
+def test_a_second_interrupt_while_ending_the_command_destroys_the_sandbox(
+    emulator: Emulator, client: cs.Client
+) -> None:
+    box = client.lease().open()
+    sandbox_id = box.id
+    box.run("true")
+
+    def interrupt(stream: str, text: str) -> None:
+        # The request that ends the command hangs; a second Ctrl-C arrives meanwhile.
+        emulator.faults.add(Fault("process.input", delay=10.0))
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            box.run("echo go; setsid sleep 1000 & sleep 1000", on_output=interrupt)
+        assert sandbox_id not in emulator.live_sandboxes()
+        assert processes_of(emulator, sandbox_id) == []
+    finally:
+        emulator.faults.clear()
+        box.close()
