@@ -63,6 +63,9 @@ relaying() { kill -0 "$ro" || kill -0 "$re"; }
 # Whether a process carrying command $1's marker is alive (not a zombie: it has an env).
 marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ; }
 
+# Whether a process of command $1 (process group $2) is alive: its group first (no fork).
+lives() { kill -0 -- "-$2" || marked "$1"; }
+
 # One command, from its start to its end records: a background subshell per command.
 waiter() {
     token=$1 n=$2 o=$d/o$2 e=$d/e$2
@@ -78,15 +81,15 @@ waiter() {
     s=$?
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
-    if relaying; then nap 0.002; fi
-    if relaying && marked "$n"; then # a background child of it may hold them: LINGER
+    if relaying; then nap 0.001; fi # they end as soon as they read EOF, normally
+    if relaying && lives "$n" "$c"; then # a background child of it may hold them: LINGER
         waited=0
-        while relaying && marked "$n" && [ "$waited" -lt 20 ]; do
+        while relaying && lives "$n" "$c" && [ "$waited" -lt 20 ]; do
             nap 0.01
             waited=$((waited + 1))
         done
     fi
-    if relaying && marked "$n"; then # cut: drain what comes later, then stop the relay
+    if relaying && lives "$n" "$c"; then # cut: drain what comes later, then stop the relay
         for relay in "$ro:$o" "$re:$e"; do
             if kill -0 "${relay%%:*}"; then
                 cat <"${relay#*:}" >/dev/null &
@@ -171,10 +174,17 @@ while :; do
         if field "$a"; then has_cwd=1 cwd=$v; fi
         case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
         field "$c" && script=$v
-        [ -d "$d" ] || mkdir -m 700 -- "$d" # a command may have removed it
-        if mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
+        if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
+            ready=1
+        else # made after the last command, unless a command removed them (or their directory)
+            [ -d "$d" ] || mkdir -m 700 -- "$d"
+            rm -f -- "$d/o$n" "$d/e$n"
+            ready=
+        fi
+        if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
             waiter "$token" "$n" &
             cur_w=$! cur_n=$n cur_t=$token
+            mkfifo -m 600 -- "$d/o$((n + 1))" "$d/e$((n + 1))" # the next command's, meanwhile
         else
             printf '\0\036%s\n' "$token" >&4
             printf '\0\036%s x 126\n' "$token"

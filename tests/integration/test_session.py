@@ -100,6 +100,14 @@ def test_a_command_closing_or_redirecting_its_descriptors_ends_normally(box: Lea
     assert box.run("echo next").stdout == "next\n"
 
 
+def test_a_command_removing_the_session_directory_harms_no_later_command(box: Lease) -> None:
+    removed = box.run('rm -rf -- "${TMPDIR:-/tmp}"/.createos-sync-session.*; echo gone')
+
+    assert removed.stdout == "gone\n"
+    assert box.run("echo next; echo err >&2").stdout == "next\n"
+    assert box.run("cat", stdin=b"in").stdout == "in"
+
+
 def test_exec_of_another_program_keeps_its_status_and_output(box: Lease) -> None:
     result = box.run("exec sh -c 'echo from sh; kill -TERM $$'")
 
