@@ -42,11 +42,14 @@ class CommandMethods(LeaseCore):
     ) -> RunResult:
         r"""Run a command to completion in the sandbox and return its ``RunResult``.
 
-        The process waits at a start gate until its output stream is
-        attached, so nothing it writes is lost; a dropped stream is
-        reattached to the same process, without duplicates or gaps. Ctrl-C
-        terminates the process tree, then re-raises; a second Ctrl-C
-        meanwhile destroys the sandbox.
+        The command runs in the lease's command session (a supervisor
+        process the first ``run()`` starts, whose output stream stays
+        attached): nothing it writes is lost, and a dropped stream is
+        reattached without duplicates or gaps. Ctrl-C or the timeout ends
+        the command's whole process tree (``setsid`` and double forks
+        included) and confirms it, else terminates the session, else the
+        lease is poisoned; then re-raises. A second Ctrl-C meanwhile destroys
+        the sandbox. Sessions end with the lease.
 
         Args:
             cmd: a ``str`` runs as a bash script (``bash -lc``); a sequence
@@ -146,7 +149,8 @@ class CommandMethods(LeaseCore):
         the output is followed from a thread, so none is evicted while
         nobody reads. The process runs until it ends, ``terminate()`` or
         ``kill()``, or the lease closes (which terminates it). Request
-        budget: 3, like ``run()``.
+        budget: 3 (a managed process of its own: create, output stream,
+        start-gate release), where ``run()`` costs 1 in the lease's session.
 
         Args:
             cmd: a ``str`` runs as a bash script, a sequence as argv (as in ``run``).
