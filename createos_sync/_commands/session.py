@@ -132,11 +132,11 @@ def try_run(
 def retire(box: Box, *, sandbox_ends: bool) -> None:
     """The lease is closing: end its idle session (a busy one is terminated with the rest).
 
-    When the sandbox is destroyed, the session is left to the termination of
-    every unfinished process (1 ``DELETE``, confirmed, side by side with the
-    others): nothing may run on if the destroy fails. Else the supervisor's
-    stdin is closed (1 request) and it exits, leaving what commands started
-    in the background running in the kept sandbox, as a managed process would.
+    When the sandbox is destroyed, nothing is sent: the idle supervisor goes
+    with it, as the lease's ttl watchdog does (and as what commands left in
+    the background always did). Else its stdin is closed (1 request) and it
+    exits, leaving what commands started in the background running in the
+    kept sandbox, as a managed process would.
     """
     slot = _slot(box)
     if not slot.busy.acquire(blocking=False):
@@ -318,7 +318,8 @@ class Session:
         self.ended = True
         self.stream.close()
         if sandbox_ends:
-            return  # unfinished: closing terminates it with the rest
+            self.box.table.finished(self.id)  # idle: it goes with its sandbox
+            return
         try:
             _api.close_stdin(self.box.transport, self.box.sandbox_id, self.id, self.box.deadline())
         except CreateosError as exc:  # it stays unfinished: closing terminates it
