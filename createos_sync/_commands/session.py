@@ -32,16 +32,23 @@ import weakref
 from collections.abc import Callable
 from importlib import resources
 
+from .._sandboxes import sandbox as _sandbox
 from .._sandboxes.box import Box
 from .._sandboxes.containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
 from .._wire import api as _api
 from .._wire.deadline import Deadline
-from ..errors import CreateosError, LeaseClosed, OutputLostError, may_have_taken_effect
+from ..errors import (
+    CreateosApiError,
+    CreateosError,
+    LeaseClosed,
+    OutputLostError,
+    may_have_taken_effect,
+)
 from ..result import RunResult, describe_args
 from . import framing
 from .command import SHELL, Command
 from .execution import StdinData, gone_with_its_sandbox, poison_after
-from .follow import Deliver, lost_output
+from .follow import REFUSED_FOR_A_DEAD_SANDBOX, Deliver, lost_output
 from .output import Capture
 from .session_stream import SUPERVISOR_COULD_NOT_START, Ended, SessionStream
 
@@ -115,13 +122,20 @@ def try_run(
     try:
         if box.closing.is_set():
             return None  # the managed path says how closing met this command
-        if slot.session is None or slot.session.ended:
-            deadline = Deadline.after(timeout)
+        for replaced in (False, True):  # a session found ended is replaced once
+            if slot.session is None or slot.session.ended:
+                deadline = Deadline.after(timeout)
+                try:
+                    slot.session = Session.start(box, deadline)
+                except _AttachTimedOut:
+                    return _never_started(command, timeout)  # as a start gate never released
             try:
-                slot.session = Session.start(box, deadline)
-            except _AttachTimedOut:
-                return _never_started(command, timeout)  # as a start gate never released
-        result = slot.session.run(command, data, timeout, capture, deliver, escalate)
+                result = slot.session.run(command, data, timeout, capture, deliver, escalate)
+                break
+            except Refused as refused:
+                if replaced:
+                    raise refused.cause from None
+                log.warning("command session %s had ended: starting another", slot.session.id)
         if result is None:  # the supervisor could not run at all (exit before any command)
             slot.unavailable = True
         return result
@@ -147,6 +161,14 @@ def retire(box: Box, *, sandbox_ends: bool) -> None:
             session.retire(sandbox_ends)
     finally:
         slot.busy.release()
+
+
+class Refused(Exception):
+    """The session refused the command (it had ended): the command was never sent."""
+
+    def __init__(self, cause: CreateosError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class _AttachTimedOut(Exception):
@@ -182,6 +204,11 @@ class Session:
             try:
                 record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
             except BaseException as exc:
+                if isinstance(exc, CreateosApiError) and exc.status in REFUSED_FOR_A_DEAD_SANDBOX:
+                    _sandbox.raise_if_unavailable(
+                        box.transport, box.sandbox_id, deadline,
+                        "it can no longer start processes", box.explain,
+                    )  # fmt: skip
                 if not may_have_taken_effect(exc):
                     raise
                 poison_after(box, exc)
@@ -216,16 +243,20 @@ class Session:
         request = framing.run_request(
             current.token, self._count, command.cwd, stdin, command.script()
         )
+        self.box.table.started(self.id)  # a command runs in it: closing terminates it
         try:
             try:
                 self._send(request, deadline, command.secrets())
-            except BaseException as exc:
-                if isinstance(exc, CreateosError) and not may_have_taken_effect(exc):
-                    if not self._ran and self.stream.read_end(self.box.deadline(5.0)):
-                        self.ended = True
-                        return None  # it exited before reading anything: never ran
-                    self.abandon()
+            except CreateosError as exc:
+                if may_have_taken_effect(exc):
                     raise
+                if not self._ran and self.stream.read_end(self.box.deadline(5.0)):
+                    self.ended = True
+                    return None  # it exited before reading anything: never ran
+                self.abandon()
+                if isinstance(exc, CreateosApiError) and exc.status in REFUSED_FOR_A_DEAD_SANDBOX:
+                    self._check_sandbox(deadline)
+                    raise Refused(exc) from exc  # the session is gone, never the command
                 raise
             self._ran = True
             ended = self.stream.until_done(current, deadline)
@@ -251,6 +282,8 @@ class Session:
             self._stop(current, escalate)
         current.flush()
         exit_code, signal = (None, None) if timed_out else current.status()
+        if not self.ended:
+            self.box.table.finished(self.id)  # idle again: what the command left is its own
         return RunResult(
             args=command.args,
             exit_code=exit_code,
@@ -273,6 +306,7 @@ class Session:
         """End the command's processes and confirm it; else end the session; else poison."""
         try:
             if not self.ended and self._end_command(current):
+                self.box.table.finished(self.id)  # idle again, the command's end confirmed
                 return
             self.abandon()
         except KeyboardInterrupt:
@@ -322,10 +356,17 @@ class Session:
             return
         try:
             _api.close_stdin(self.box.transport, self.box.sandbox_id, self.id, self.box.deadline())
-        except CreateosError as exc:  # it stays unfinished: closing terminates it
+        except CreateosError as exc:
             log.warning("could not end command session %s: %s", self.id, exc)
+            self.box.table.started(self.id)  # unfinished: closing terminates it
             return
         self.box.table.finished(self.id)
+
+    def _check_sandbox(self, deadline: Deadline) -> None:
+        _sandbox.raise_if_unavailable(
+            self.box.transport, self.box.sandbox_id, deadline,
+            f"it stopped serving while command session {self.id} ran", self.box.explain,
+        )  # fmt: skip
 
     def _note_end(self, ended: Ended) -> None:
         self.ended = True
