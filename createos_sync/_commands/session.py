@@ -55,6 +55,7 @@ from .session_stream import SUPERVISOR_COULD_NOT_START, Ended, SessionStream
 log = logging.getLogger("createos_sync.process")
 
 WAITER_LOST = "L"  # the supervisor's record for a command whose watcher was killed
+GONE = REFUSED_FOR_A_DEAD_SANDBOX  # 404, 409: the process (or its sandbox) has ended
 SWITCH = "CREATEOS_SYNC_SESSION"  # "0": every command takes the managed-process path
 MAX_REQUEST_BYTES = 32 * 1024  # the supervisor reads a request a byte at a time
 SESSION_ARGV0 = "createos-sync-session"
@@ -250,14 +251,15 @@ class Session:
             except CreateosError as exc:
                 if may_have_taken_effect(exc):
                     raise
+                if not isinstance(exc, CreateosApiError) or exc.status not in GONE:
+                    self.box.table.finished(self.id)  # refused, the session still idle
+                    raise
                 if not self._ran and self.stream.read_end(self.box.deadline(5.0)):
                     self.ended = True
                     return None  # it exited before reading anything: never ran
                 self.abandon()
-                if isinstance(exc, CreateosApiError) and exc.status in REFUSED_FOR_A_DEAD_SANDBOX:
-                    self._check_sandbox(deadline)
-                    raise Refused(exc) from exc  # the session is gone, never the command
-                raise
+                self._check_sandbox(deadline)
+                raise Refused(exc) from exc  # the session is gone, never the command
             self._ran = True
             ended = self.stream.until_done(current, deadline)
         except BaseException as exc:
