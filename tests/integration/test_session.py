@@ -241,3 +241,22 @@ def test_a_second_interrupt_while_ending_the_command_destroys_the_sandbox(
     finally:
         emulator.faults.clear()
         box.close()
+
+
+def test_a_session_stream_that_keeps_dropping_raises_and_leaves_nothing_running(
+    emulator: Emulator, box: Lease
+) -> None:
+    box.run("true")
+    session = _session._slot(box._usable_box()).session
+    assert session is not None
+
+    def drop(stream: str, text: str) -> None:  # from now on, every connection breaks
+        session.stream.close()
+        emulator.faults.add(Fault("process.connect", drop_after_frames=0, times=1000))
+
+    with pytest.raises(cs.CreateosApiError, match="stream"):
+        box.run("setsid sleep 1000 & while :; do echo x; sleep 0.1; done", on_output=drop)
+    emulator.faults.clear()
+
+    assert processes_of(emulator, box.id) == []  # the session was terminated, confirmed
+    assert box.run("echo next").stdout == "next\n"  # in a new one
