@@ -13,6 +13,7 @@ import pytest
 
 import createos_sync as cs
 from createos_sync import Lease
+from createos_sync._commands import framing as _framing
 from createos_sync._commands import session as _session
 from createos_sync.emulator import Emulator, Fault
 
@@ -260,3 +261,22 @@ def test_a_session_stream_that_keeps_dropping_raises_and_leaves_nothing_running(
 
     assert processes_of(emulator, box.id) == []  # the session was terminated, confirmed
     assert box.run("echo next").stdout == "next\n"  # in a new one
+
+
+def test_the_token_is_nowhere_a_command_can_read_it(
+    box: Lease, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens: list[str] = []
+    new_token = _framing.new_token
+    monkeypatch.setattr(_framing, "new_token", lambda: tokens.append(new_token()) or tokens[-1])
+    script = (
+        "for p in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do"
+        " cat /proc/$p/cmdline /proc/$p/environ; ls -l /proc/$p/fd; done;"
+        ' for f in "${TMPDIR:-/tmp}"/.createos-sync-session.*/*; do'
+        ' [ -f "$f" ] && cat "$f"; done; true'
+    )
+
+    result = box.run(script, timeout=30)
+
+    assert result.exit_code == 0 and result.stdout
+    assert tokens and not any(token in result.stdout + result.stderr for token in tokens)
