@@ -200,7 +200,7 @@ class Session:
     def start(cls, box: Box, deadline: Deadline) -> Session:
         """Create the supervisor (1 request) and attach its stream (1, reconnected as any
         stream): journaled as any creation (an unknown outcome poisons the lease)."""
-        args = ["-c", SCRIPT, SESSION_ARGV0, box.sandbox_id]
+        args = ["-c", SCRIPT, SESSION_ARGV0, box.sandbox_id, "/workspace"]  # see the script
         with box.table.creating():
             try:
                 record = _api.create_process(box.transport, box.sandbox_id, SHELL, args, deadline)
@@ -255,8 +255,7 @@ class Session:
                     self.box.table.finished(self.id)  # refused, the session still idle
                     raise
                 if not self._ran and self.stream.read_end(self.box.deadline(5.0)):
-                    self.ended = True
-                    return None  # it exited before reading anything: never ran
+                    return self._could_not_start()
                 self.abandon()
                 self._check_sandbox(deadline)
                 raise Refused(exc) from exc  # the session is gone, never the command
@@ -272,8 +271,7 @@ class Session:
             raise
         if isinstance(ended, Ended):  # the supervisor itself ended under the command
             if ended.exit.exit_code == SUPERVISOR_COULD_NOT_START:
-                self.ended = True
-                return None
+                return self._could_not_start()
             return self._lost(command, current, ended, started, timeout)
         if current.stdout_end == WAITER_LOST:
             self._stop(current, escalate)
@@ -364,6 +362,14 @@ class Session:
             return
         self.box.table.finished(self.id)
 
+    def _could_not_start(self) -> None:
+        """It exited before reading anything (no private directory, or the emulator's plain
+        mode): the command never ran, and takes a managed process."""
+        self.ended = True
+        self.stream.close()
+        self.box.table.finished(self.id)
+        log.info("command session %s could not start: commands take managed processes", self.id)
+
     def _check_sandbox(self, deadline: Deadline) -> None:
         _sandbox.raise_if_unavailable(
             self.box.transport, self.box.sandbox_id, deadline,
@@ -390,6 +396,8 @@ class Session:
             self._note_end(ended)
             if self.box.table.was_cut(self.id):
                 raise self._closed(command)
+            if not self.box.closing.is_set():  # the sandbox may have died under it
+                self._check_sandbox(self.box.deadline())
             self.abandon()
         current.flush()
         result = RunResult(

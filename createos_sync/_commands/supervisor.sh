@@ -1,6 +1,6 @@
 # createos-sync command session: runs the commands of one lease, one request each.
 #
-# Run as `/bin/bash -c "$(cat supervisor.sh)" createos-sync-session SESSION_ID`; every
+# Run as `/bin/bash -c "$(cat supervisor.sh)" createos-sync-session SESSION_ID /workspace`; every
 # managed process of this package already needs /bin/bash, and nothing else is used but
 # cat, mkfifo, rm and grep. Requests, one line each on stdin (fields: one space):
 #
@@ -23,6 +23,9 @@
 # writes into a later command's output.
 
 sid=$1
+# The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
+# it reads): there, commands must be managed processes. It shows by rewriting $2.
+[ "x$2" = x/workspace ] || exit 97
 LINGER=0.2
 set -m
 exec 4>&2 2>/dev/null 3</dev/null
