@@ -30,7 +30,7 @@ LINGER=0.2
 set -m
 exec 4>&2 2>/dev/null 3</dev/null
 tries=0 # a new name each time: one left by a session killed before its trap ran may exist
-until d=${TMPDIR:-/tmp}/.createos-sync-session.$$.$RANDOM$RANDOM && mkdir -m 700 -- "$d"; do
+until d=${TMPDIR:-/tmp}/.createos_sync_session.$$.$RANDOM$RANDOM && mkdir -m 700 -- "$d"; do
     tries=$((tries + 1))
     [ "$tries" -lt 20 ] || exit 97
 done

@@ -21,7 +21,7 @@ from .helpers import FAST, operations, own_emulator
 def scratch_files(emulator: Emulator, box: Lease) -> list[str]:
     assert box.id is not None
     found = [p.name for p in emulator.sandbox_path(box.id, "/tmp").iterdir()]
-    return [name for name in found if not name.startswith(".createos-sync-session.")]
+    return [name for name in found if not name.startswith(".createos_sync_session.")]
 
 
 def file_operations(emulator: Emulator, box: Lease) -> list[str]:

@@ -411,7 +411,7 @@ def test_a_command_too_long_for_an_argument_is_staged_as_a_file(
         ("process.stdin_close", 200),
     ]
     # the staged script removed itself (the lease's command session keeps a hidden directory)
-    assert box.run("ls -A /tmp | grep -v '^.createos-sync-session'; true").stdout == ""
+    assert box.run("ls -A /tmp | grep -v '^.createos_sync_session'; true").stdout == ""
 
 
 def test_invalid_arguments_send_no_request(emulator: Emulator, box: Lease) -> None:

@@ -102,7 +102,7 @@ def test_a_command_closing_or_redirecting_its_descriptors_ends_normally(box: Lea
 
 
 def test_a_command_removing_the_session_directory_harms_no_later_command(box: Lease) -> None:
-    removed = box.run('rm -rf -- "${TMPDIR:-/tmp}"/.createos-sync-session.*; echo gone')
+    removed = box.run('rm -rf -- "${TMPDIR:-/tmp}"/.createos_sync_session.*; echo gone')
 
     assert removed.stdout == "gone\n"
     assert box.run("echo next; echo err >&2").stdout == "next\n"
@@ -272,7 +272,7 @@ def test_the_token_is_nowhere_a_command_can_read_it(
     script = (
         "for p in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do"
         " cat /proc/$p/cmdline /proc/$p/environ; ls -l /proc/$p/fd; done;"
-        ' for f in "${TMPDIR:-/tmp}"/.createos-sync-session.*/*; do'
+        ' for f in "${TMPDIR:-/tmp}"/.createos_sync_session.*/*; do'
         ' [ -f "$f" ] && cat "$f"; done; true'
     )
 
