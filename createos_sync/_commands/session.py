@@ -114,7 +114,13 @@ def try_run(
     fits, data = inline_stdin(stdin)
     if not fits:
         return None
-    request = framing.run_request(framing.new_token(), 0, command.cwd, data, command.script())
+    try:
+        request = framing.run_request(framing.new_token(), 0, command.cwd, data, command.script())
+    except UnicodeEncodeError:  # only U+DC80..U+DCFF stand for bytes (surrogateescape)
+        raise ValueError(
+            "the command, its cwd or an env value holds a lone surrogate, which is no text "
+            "and no byte: it cannot be sent"
+        ) from None
     if len(request) > MAX_REQUEST_BYTES:
         return None
     slot = _slot(box)

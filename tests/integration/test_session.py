@@ -280,3 +280,14 @@ def test_the_token_is_nowhere_a_command_can_read_it(
 
     assert result.exit_code == 0 and result.stdout
     assert tokens and not any(token in result.stdout + result.stderr for token in tokens)
+
+
+def test_a_lone_surrogate_is_refused_before_any_request(emulator: Emulator, box: Lease) -> None:
+    box.run("true")
+    emulator.clear_request_log()
+
+    with pytest.raises(ValueError, match="lone surrogate"):
+        box.run("echo $V", env={"V": "a\ud800"})
+
+    assert operations(emulator) == []
+    assert box.run("cat", stdin="x\udcff").stdout == "x\ufffd"  # an escaped byte is a byte
