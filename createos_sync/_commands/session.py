@@ -23,7 +23,6 @@ managed-process path (``execution``); so does everything once
 
 from __future__ import annotations
 
-import codecs
 import logging
 import os
 import threading
@@ -41,7 +40,6 @@ from ..errors import (
     CreateosApiError,
     CreateosError,
     LeaseClosed,
-    OutputLostError,
     may_have_taken_effect,
 )
 from ..result import RunResult, describe_args
@@ -49,6 +47,7 @@ from . import framing
 from .command import SHELL, Command
 from .execution import StdinData, gone_with_its_sandbox, poison_after
 from .follow import REFUSED_FOR_A_DEAD_SANDBOX, Deliver, lost_output
+from .inflight import InFlight
 from .output import Capture
 from .session_stream import SUPERVISOR_COULD_NOT_START, Ended, SessionStream
 
@@ -245,7 +244,7 @@ class Session:
         started = time.monotonic()
         deadline = Deadline.after(timeout)
         self._count += 1
-        current = _Current(framing.new_token(), capture, deliver)
+        current = InFlight(framing.new_token(), capture, deliver)
         self.stream.listen(current)
         request = framing.run_request(
             current.token, self._count, command.cwd, stdin, command.script()
@@ -261,7 +260,8 @@ class Session:
                     self.box.table.finished(self.id)  # refused, the session still idle
                     raise
                 if not self._ran and self.stream.read_end(self.box.deadline(5.0)):
-                    return self._could_not_start()
+                    self._could_not_start()
+                    return None
                 self.abandon()
                 self._check_sandbox(deadline)
                 raise Refused(exc) from exc  # the session is gone, never the command
@@ -277,7 +277,8 @@ class Session:
             raise
         if isinstance(ended, Ended):  # the supervisor itself ended under the command
             if ended.exit.exit_code == SUPERVISOR_COULD_NOT_START:
-                return self._could_not_start()
+                self._could_not_start()
+                return None
             return self._lost(command, current, ended, started, timeout)
         if current.stdout_end == WAITER_LOST:
             self._stop(current, escalate)
@@ -308,7 +309,7 @@ class Session:
             self.box.transport, self.box.sandbox_id, self.id, line, deadline, secrets=secrets
         )
 
-    def _stop(self, current: _Current, escalate: Callable[[], None]) -> None:
+    def _stop(self, current: InFlight, escalate: Callable[[], None]) -> None:
         """End the command's processes and confirm it; else end the session; else poison."""
         try:
             if not self.ended and self._end_command(current):
@@ -320,7 +321,7 @@ class Session:
             escalate()
             raise
 
-    def _end_command(self, current: _Current) -> bool:
+    def _end_command(self, current: InFlight) -> bool:
         """Ask the supervisor to end the command (1 request), twice at most; True once it
         says no process of it is left and the command's end records arrived."""
         budget = CleanupTime.of(self.box.transport)
@@ -390,7 +391,7 @@ class Session:
     def _lost(
         self,
         command: Command,
-        current: _Current,
+        current: InFlight,
         ended: Ended | None,
         started: float,
         timeout: float,
@@ -430,66 +431,3 @@ class Session:
             f"the lease was closed while command {describe_args(command.args)} ran: closing it "
             f"terminated its session {self.id}"
         )
-
-
-class _Current:
-    """The command in flight: its token, its sinks, and what the supervisor said of it."""
-
-    def __init__(self, token: str, capture: Capture, deliver: Deliver | None) -> None:
-        self.token = token
-        self.kill_token: str | None = None
-        self.capture = capture
-        self.deliver = deliver
-        self.stdout_end: str | None = None  # "x CODE" or "s SIGNUM"
-        self.stderr_ended = False
-        self.killed_left: int | None = None
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
-        }
-
-    def tokens(self) -> tuple[str, ...]:
-        return (self.token,) if self.kill_token is None else (self.token, self.kill_token)
-
-    @property
-    def done(self) -> bool:
-        return self.stdout_end is not None and self.stderr_ended
-
-    def output(self, stream: str, data: bytes) -> None:
-        if stream == "stdout" and self.stdout_end is not None:
-            return  # after the end record: a late kill report's neighbours, never output
-        if stream == "stderr" and self.stderr_ended:
-            return
-        self.capture.write(stream, data)
-        if self.deliver is not None:
-            text = self._decoders[stream].decode(data)
-            if text:
-                self.deliver(stream, text)
-
-    def record(self, stream: str, record: framing.Record) -> None:
-        if record.token == self.kill_token and record.tail.startswith("k "):
-            self.killed_left = _int(record.tail[2:], default=1)
-        elif record.token == self.token and stream == "stderr":
-            self.stderr_ended = True
-        elif record.token == self.token and stream == "stdout" and self.stdout_end is None:
-            self.stdout_end = record.tail
-
-    def status(self) -> tuple[int | None, str | None]:
-        kind, _, value = (self.stdout_end or "").partition(" ")
-        number = _int(value, default=-1)
-        if kind == "s" and number > 0:
-            return None, framing.signal_name(number)
-        if kind == "x" and number >= 0:
-            return number, None
-        raise OutputLostError(f"the command session gave an unreadable status ({kind!r})")
-
-    def flush(self) -> None:
-        if self.deliver is None:
-            return
-        for name, decoder in self._decoders.items():
-            text = decoder.decode(b"", final=True)
-            if text:
-                self.deliver(name, text)
-
-
-def _int(text: str, *, default: int) -> int:
-    return int(text) if text.isdigit() else default

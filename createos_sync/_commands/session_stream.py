@@ -29,7 +29,7 @@ from . import framing
 from .follow import EVICTED, EVICTED_WHY, REFUSED_FOR_A_DEAD_SANDBOX, lost_output
 
 if TYPE_CHECKING:
-    from .session import _Current
+    from .inflight import InFlight
 
 log = logging.getLogger("createos_sync.process")
 
@@ -95,7 +95,7 @@ class SessionStream:
         self._stream = None
         self._lines = None
 
-    def listen(self, current: _Current) -> None:
+    def listen(self, current: InFlight) -> None:
         """Route the next frames to ``current``: output to its sinks, records to it."""
         self._scanners = {
             name: framing.RecordScanner(
@@ -106,7 +106,7 @@ class SessionStream:
             for name in ("stdout", "stderr")
         }
 
-    def until_done(self, current: _Current, deadline: Deadline) -> Ended | None:
+    def until_done(self, current: InFlight, deadline: Deadline) -> Ended | None:
         """Read until the command's end records; None once they came or the deadline did."""
         while not current.done:
             frame = self._next(deadline)
@@ -117,7 +117,7 @@ class SessionStream:
                 return Ended(frame)
         return None
 
-    def until_killed(self, current: _Current, deadline: Deadline) -> int | Ended:
+    def until_killed(self, current: InFlight, deadline: Deadline) -> int | Ended:
         """Read until the kill report and the end records; the processes left (1: unknown)."""
         current.killed_left = None
         while current.killed_left is None or not current.done:

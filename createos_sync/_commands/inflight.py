@@ -1,0 +1,77 @@
+"""A command in flight in a command session: its token, its sinks, what the supervisor said.
+
+Output bytes go to the capture as they came (raw) and, decoded incrementally per stream,
+to the live sink; records set the command's end, its status, and a kill's report.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from ..errors import OutputLostError
+from . import framing
+from .follow import Deliver
+from .output import Capture
+
+
+class InFlight:
+    """The command in flight: its token, its sinks, and what the supervisor said of it."""
+
+    def __init__(self, token: str, capture: Capture, deliver: Deliver | None) -> None:
+        self.token = token
+        self.kill_token: str | None = None
+        self.capture = capture
+        self.deliver = deliver
+        self.stdout_end: str | None = None  # "x CODE" or "s SIGNUM"
+        self.stderr_ended = False
+        self.killed_left: int | None = None
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
+        }
+
+    def tokens(self) -> tuple[str, ...]:
+        return (self.token,) if self.kill_token is None else (self.token, self.kill_token)
+
+    @property
+    def done(self) -> bool:
+        return self.stdout_end is not None and self.stderr_ended
+
+    def output(self, stream: str, data: bytes) -> None:
+        if stream == "stdout" and self.stdout_end is not None:
+            return  # after the end record: a late kill report's neighbours, never output
+        if stream == "stderr" and self.stderr_ended:
+            return
+        self.capture.write(stream, data)
+        if self.deliver is not None:
+            text = self._decoders[stream].decode(data)
+            if text:
+                self.deliver(stream, text)
+
+    def record(self, stream: str, record: framing.Record) -> None:
+        if record.token == self.kill_token and record.tail.startswith("k "):
+            self.killed_left = _int(record.tail[2:], default=1)
+        elif record.token == self.token and stream == "stderr":
+            self.stderr_ended = True
+        elif record.token == self.token and stream == "stdout" and self.stdout_end is None:
+            self.stdout_end = record.tail
+
+    def status(self) -> tuple[int | None, str | None]:
+        kind, _, value = (self.stdout_end or "").partition(" ")
+        number = _int(value, default=-1)
+        if kind == "s" and number > 0:
+            return None, framing.signal_name(number)
+        if kind == "x" and number >= 0:
+            return number, None
+        raise OutputLostError(f"the command session gave an unreadable status ({kind!r})")
+
+    def flush(self) -> None:
+        if self.deliver is None:
+            return
+        for name, decoder in self._decoders.items():
+            text = decoder.decode(b"", final=True)
+            if text:
+                self.deliver(name, text)
+
+
+def _int(text: str, *, default: int) -> int:
+    return int(text) if text.isdigit() else default
