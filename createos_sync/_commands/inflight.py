@@ -25,6 +25,7 @@ class InFlight:
         self.stdout_end: str | None = None  # "x CODE" or "s SIGNUM"
         self.stderr_ended = False
         self.killed_left: int | None = None
+        self.accepted = False  # the supervisor read it: it may have run
         self._decoders = {
             name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
         }
@@ -52,6 +53,8 @@ class InFlight:
             self.killed_left = _int(record.tail[2:], default=1)
         elif record.token == self.token and stream == "stderr":
             self.stderr_ended = True
+        elif record.token == self.token and stream == "stdout" and record.tail == "a":
+            self.accepted = True
         elif record.token == self.token and stream == "stdout" and self.stdout_end is None:
             self.stdout_end = record.tail
 

@@ -279,6 +279,10 @@ class Session:
             if ended.exit.exit_code == SUPERVISOR_COULD_NOT_START:
                 self._could_not_start()
                 return None
+            if not current.accepted:  # it ended before it read this command: never ran
+                self._note_end(ended)
+                self.abandon()
+                raise Refused(CreateosError(f"command session {self.id} had ended"))
             return self._lost(command, current, ended, started, timeout)
         if current.stdout_end == WAITER_LOST:
             self._stop(current, escalate)

@@ -12,7 +12,8 @@
 # for this request (128 random bits, held only in this shell's variables: never in an
 # argv, an env or a file), so no command can write one:
 #
-#   stdout: <NUL><RS>TOKEN x CODE\n  (exited) | TOKEN s SIGNUM\n (signal) | TOKEN k LEFT\n
+#   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
+#           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report)
 #   stderr: <NUL><RS>TOKEN\n         the end of command N's stderr
 #
 # Each command is a fresh child in its own process group, with the env marker
@@ -173,6 +174,7 @@ while :; do
     buf= kind=$1 token=$2 n=$3 a=$4 b=$5 c=$6
     case $kind in
     R)
+        printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
         has_cwd= has_in= cwd= script=
         if field "$a"; then has_cwd=1 cwd=$v; fi
         case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import threading
+import time
 
 import pytest
 
@@ -291,3 +292,17 @@ def test_a_lone_surrogate_is_refused_before_any_request(emulator: Emulator, box:
 
     assert operations(emulator) == []
     assert box.run("cat", stdin="x\udcff").stdout == "x\ufffd"  # an escaped byte is a byte
+
+
+def test_a_session_ended_while_idle_is_replaced_and_the_command_runs_once(
+    emulator: Emulator, box: Lease
+) -> None:
+    # A background child of one command kills the supervisor once that command is over.
+    box.run("(sleep 0.5; kill -9 $(cut -d' ' -f4 /proc/$PPID/stat)) >/dev/null 2>&1 &")
+    time.sleep(2)
+    emulator.clear_request_log()
+
+    result = box.run("echo once >> /workspace/count; cat /workspace/count")
+
+    assert result.stdout == "once\n"
+    assert [name for name, _ in operations(emulator)].count("process.create") == 1
