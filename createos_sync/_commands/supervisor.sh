@@ -157,7 +157,12 @@ check_waiter() {
 
 buf= cur_w= cur_n= cur_t=
 while :; do
-    IFS= read -r -t 1 part
+    if [ -n "$cur_w" ] && [ -e "$d/z$cur_n" ]; then cur_w=; fi # its records are written
+    if [ -n "$cur_w" ]; then # a command runs: look after its watcher once a second
+        IFS= read -r -t 1 part
+    else # idle: no wake-up at all
+        IFS= read -r part
+    fi
     rc=$?
     buf=$buf$part
     if [ "$rc" -gt 128 ]; then # no request for 1 s (a partial line is kept in buf)
