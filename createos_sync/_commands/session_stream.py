@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("createos_sync.process")
 
 RECONNECTS = 5  # in a row without a frame: the stream is gone
+ACK_WAIT = 10.0  # seconds for the record that says a command was read (it comes at once)
 BACKOFF = 0.1
 SUPERVISOR_COULD_NOT_START = 97  # supervisor.sh: no private directory for its FIFOs
 
@@ -109,7 +110,9 @@ class SessionStream:
     def until_done(self, current: InFlight, deadline: Deadline) -> Ended | None:
         """Read until the command's end records; None once they came or the deadline did."""
         while not current.done:
-            frame = self._next(deadline)
+            # Until the supervisor says it read the command, a silent stream may be one that
+            # died while the lease was idle (a NAT forgot it): reattach rather than wait.
+            frame = self._next(deadline, STREAM_IDLE_TIMEOUT if current.accepted else ACK_WAIT)
             if frame is None:
                 return None
             if isinstance(frame, Exit):
@@ -145,8 +148,11 @@ class SessionStream:
         for scanner in self._scanners.values():
             scanner.flush()
 
-    def _next(self, deadline: Deadline) -> Exit | Data | None:
-        """The next data or exit frame, fed to the scanners; None at the deadline."""
+    def _next(
+        self, deadline: Deadline, patience: float = STREAM_IDLE_TIMEOUT
+    ) -> Exit | Data | None:
+        """The next data or exit frame, fed to the scanners; None at the deadline. A read
+        silent for ``patience`` seconds counts as a drop (reattached, nothing lost)."""
         failures = 0
         while True:
             if deadline.expired():
@@ -155,7 +161,7 @@ class SessionStream:
                 if self._lines is None:
                     self.attach(deadline)
                 assert self._stream is not None and self._lines is not None
-                self._stream.read_within(max(0.001, min(deadline.remaining(), STREAM_IDLE_TIMEOUT)))
+                self._stream.read_within(max(0.001, min(deadline.remaining(), patience)))
                 line = next(self._lines)
             except StopIteration:
                 self.close()
