@@ -271,14 +271,18 @@ class Session:
             if gone_with_its_sandbox(exc):
                 self.ended = True
                 raise
+            if self.box.closing.is_set() and isinstance(exc, CreateosError):
+                self.ended = True  # closing terminates the session (and confirms it)
+                return self._cut_short(command, current, started, timeout)
             self._stop(current, escalate)
-            if self.box.table.was_cut(self.id):
-                raise self._closed(command) from None
             raise
         if isinstance(ended, Ended):  # the supervisor itself ended under the command
             if ended.exit.exit_code == SUPERVISOR_COULD_NOT_START:
                 self._could_not_start()
                 return None
+            if self.box.table.was_cut(self.id):
+                self._note_end(ended)
+                return self._cut_short(command, current, started, timeout)
             if not current.accepted:  # it ended before it read this command: never ran
                 self._note_end(ended)
                 self.abandon()
@@ -405,8 +409,6 @@ class Session:
         command is terminated (with the session, if that ended), and the loss is raised."""
         if ended is not None:
             self._note_end(ended)
-            if self.box.table.was_cut(self.id):
-                raise self._closed(command)
             if not self.box.closing.is_set():  # the sandbox may have died under it
                 self._check_sandbox(self.box.deadline())
             self.abandon()
@@ -429,6 +431,21 @@ class Session:
         )
         lost.result = result
         raise lost
+
+    def _cut_short(
+        self, command: Command, current: InFlight, started: float, timeout: float
+    ) -> RunResult:
+        """Closing the lease ended the session under the command: ``LeaseClosed``, or at the
+        lease's ``max_lifetime`` a timed-out result with the output read so far."""
+        if not self.box.table.expired:
+            raise self._closed(command) from None
+        current.flush()
+        return RunResult(
+            args=command.args, exit_code=None, stdout=current.capture.stdout.getvalue(),
+            stderr=current.capture.stderr.getvalue(), process_id=f"{self.id}.{self._count}",
+            timed_out=True, truncated=current.capture.truncated,
+            duration=time.monotonic() - started, timeout=timeout,
+        )  # fmt: skip
 
     def _closed(self, command: Command) -> LeaseClosed:
         return LeaseClosed(
