@@ -54,6 +54,7 @@ class SessionStream:
         self._stream: Stream | None = None
         self._lines: Iterator[bytes] | None = None
         self._scanners: dict[str, framing.RecordScanner] = {}
+        self._bound: Deadline | None = None  # the deadline cutting the stream now
 
     def attach(self, deadline: Deadline) -> None:
         """Connect from the last sequence number seen (1 request)."""
@@ -62,7 +63,7 @@ class SessionStream:
             stream = _api.connect_output(
                 self._box.transport, self._box.sandbox_id, self._id, self.last_seq, deadline
             )
-            stream.outlive_deadline()  # it serves later commands: reads are bounded instead
+            stream.bound_by(None)  # it serves later commands, each bounded by its own deadline
         except CreateosApiError as exc:
             if exc.status == 410:
                 raise lost_output(self.last_seq + 1, None, EVICTED_WHY) from None
@@ -75,6 +76,7 @@ class SessionStream:
             raise
         self._stream = stream
         self._lines = split_lines(stream.chunks())
+        self._bound: Deadline | None = None
 
     def attach_retrying(self, deadline: Deadline) -> None:
         """``attach``, reconnecting after a drop as a stream does (before any command)."""
@@ -89,6 +91,12 @@ class SessionStream:
                     raise
                 if failures > 1:
                     self._box.sleep(min(2.0, BACKOFF * 2 ** (failures - 2)))
+
+    def unbind(self) -> None:
+        """The command is over: its deadline no longer cuts the stream."""
+        if self._stream is not None and self._bound is not None:
+            self._stream.bound_by(None)
+        self._bound = None
 
     def close(self) -> None:
         if self._stream is not None:
@@ -108,6 +116,12 @@ class SessionStream:
         }
 
     def until_done(self, current: InFlight, deadline: Deadline) -> Ended | None:
+        try:
+            return self._until_done(current, deadline)
+        finally:
+            self.unbind()
+
+    def _until_done(self, current: InFlight, deadline: Deadline) -> Ended | None:
         """Read until the command's end records; None once they came or the deadline did."""
         while not current.done:
             # Until the supervisor says it read the command, a silent stream may be one that
@@ -121,6 +135,12 @@ class SessionStream:
         return None
 
     def until_killed(self, current: InFlight, deadline: Deadline) -> int | Ended:
+        try:
+            return self._until_killed(current, deadline)
+        finally:
+            self.unbind()
+
+    def _until_killed(self, current: InFlight, deadline: Deadline) -> int | Ended:
         """Read until the kill report and the end records; the processes left (1: unknown)."""
         current.killed_left = None
         while current.killed_left is None or not current.done:
@@ -161,10 +181,17 @@ class SessionStream:
                 if self._lines is None:
                     self.attach(deadline)
                 assert self._stream is not None and self._lines is not None
+                if self._bound is not deadline:  # a trickle must not outlive the deadline
+                    self._stream.bound_by(deadline)
+                    self._bound = deadline
                 self._stream.read_within(max(0.001, min(deadline.remaining(), patience)))
                 line = next(self._lines)
-            except StopIteration:
+            except StopIteration:  # a clean end without the exit frame: did the sandbox die?
                 self.close()
+                _sandbox.raise_if_unavailable(
+                    self._box.transport, self._box.sandbox_id, deadline,
+                    f"it stopped serving while process {self._id} ran", self._box.explain,
+                )  # fmt: skip
                 failures += 1
                 if failures > RECONNECTS:
                     raise CreateosApiError(

@@ -133,12 +133,17 @@ class Stream:
             pass  # timed out or broke: the connection is not reusable
         return False
 
-    def outlive_deadline(self) -> None:
-        """Keep the stream open past its request's deadline (the answer has come): a stream
-        kept across commands bounds each read with ``read_within`` instead."""
+    def bound_by(self, deadline: Deadline | None) -> None:
+        """Cut the stream at ``deadline`` (None: no longer), as a request is cut at its own:
+        a stream kept across commands is bounded by each command's deadline in turn."""
         if self._cutoff is not None:
             self._cutoff.cancel()
             self._cutoff = None
+        connection = getattr(self._response.raw, "connection", None)
+        if deadline is None or connection is None:
+            return
+        self._cutoff = _cutoff.Cutoff(deadline)
+        self._cutoff.claim(connection)
 
     def read_within(self, seconds: float) -> None:
         """Make the next reads of ``chunks`` give up after ``seconds`` of silence (the
