@@ -26,6 +26,7 @@ class InFlight:
         self.stderr_ended = False
         self.killed_left: int | None = None
         self.accepted = False  # the supervisor read it: it may have run
+        self.never_ran = False  # a kill's report: its request never reached the supervisor
         self._decoders = {
             name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")
         }
@@ -50,7 +51,9 @@ class InFlight:
 
     def record(self, stream: str, record: framing.Record) -> None:
         if record.token == self.kill_token and record.tail.startswith("k "):
-            self.killed_left = _int(record.tail[2:], default=1)
+            left, _, never = record.tail[2:].partition(" ")
+            self.killed_left = _int(left, default=1)
+            self.never_ran = never == "never"
         elif record.token == self.token and stream == "stderr":
             self.stderr_ended = True
         elif record.token == self.token and stream == "stdout" and record.tail == "a":

@@ -345,7 +345,7 @@ class Session:
             if isinstance(left, Ended):
                 self._note_end(left)
                 return False  # the supervisor ended: its tree is confirmed by terminate
-            if left == 0 and current.done:
+            if left == 0 and (current.done or current.never_ran):
                 return True
         return False
 

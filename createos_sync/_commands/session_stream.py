@@ -143,7 +143,7 @@ class SessionStream:
     def _until_killed(self, current: InFlight, deadline: Deadline) -> int | Ended:
         """Read until the kill report and the end records; the processes left (1: unknown)."""
         current.killed_left = None
-        while current.killed_left is None or not current.done:
+        while current.killed_left is None or not (current.done or current.never_ran):
             frame = self._next(deadline)
             if frame is None:
                 return 1 if current.killed_left is None else max(current.killed_left, 1)

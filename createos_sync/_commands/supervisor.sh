@@ -13,7 +13,8 @@
 # argv, an env or a file), so no command can write one:
 #
 #   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
-#           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report)
+#           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report;
+#           "k 0 never": that command's request never came)
 #   stderr: <NUL><RS>TOKEN\n         the end of command N's stderr
 #
 # Each command is a fresh child in its own process group, with the env marker
@@ -200,6 +201,12 @@ while :; do
             printf '\0\036%s x 126\n' "$token"
         fi
         ;;
-    K) end_command "$token" "$n" "$a" ;;
+    K)
+        if [ "$n" = "$cur_n" ]; then
+            end_command "$token" "$n" "$a"
+        else # its request never came (requests arrive in order): nothing of it ran
+            printf '\0\036%s k 0 never\n' "$token"
+        fi
+        ;;
     esac
 done

@@ -306,3 +306,23 @@ def test_a_session_ended_while_idle_is_replaced_and_the_command_runs_once(
 
     assert result.stdout == "once\n"
     assert [name for name, _ in operations(emulator)].count("process.create") == 1
+
+
+@pytest.mark.parametrize("status", [400, 502])
+def test_an_input_refusal_echoing_the_command_shows_none_of_its_secrets(
+    emulator: Emulator, box: Lease, status: int
+) -> None:
+    secret = "session-secret-" + secrets.token_hex(8)
+    box.run("true")
+    emulator.faults.add(
+        Fault("process.input", status=status, message=f"refused: export TOKEN={secret}")
+    )
+
+    with pytest.raises(cs.CreateosApiError) as caught:
+        box.run("echo $TOKEN", env={"TOKEN": secret})
+
+    shown = " ".join(
+        [str(caught.value), repr(caught.value), *getattr(caught.value, "__notes__", [])]
+    )
+    assert secret not in shown
+    assert box.run("echo ok").stdout == "ok\n"
