@@ -76,7 +76,7 @@ class SessionStream:
             raise
         self._stream = stream
         self._lines = split_lines(stream.chunks())
-        self._bound: Deadline | None = None
+        self._bound = None
 
     def attach_retrying(self, deadline: Deadline) -> None:
         """``attach``, reconnecting after a drop as a stream does (before any command)."""
