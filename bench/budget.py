@@ -32,6 +32,9 @@ TARGETS: dict[str, int | None] = {
     "write_file": 1,
     "read_file": 1,
     "start + wait": 3,
+    # issue 36: 10 commands of every kind (exit codes, stderr, env, cwd, stdin, argv) in an
+    # open lease, <= 1.1 requests each (3.1 before the command session)
+    "10 mixed runs": 11,
     "upload_dir": None,
     "download_dir": None,
 }
@@ -55,6 +58,18 @@ def operations(box: cs.Lease, client: cs.Client, scratch: Path) -> dict[str, Cal
                 path.rmdir() if path.is_dir() else path.unlink()
         box.download_dir("/workspace/up", target)
 
+    def mixed() -> None:
+        assert box.run("exit 3").exit_code == 3
+        assert box.run("echo e >&2").stderr == "e\n"
+        assert box.run("echo $V", env={"V": "v"}).stdout == "v\n"
+        assert box.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+        assert box.run("cat", stdin=b"in").stdout == "in"
+        assert box.run(["printf", "%s", "a b"]).stdout == "a b"
+        assert box.run("kill -TERM $$").signal == "SIGTERM"
+        assert box.run("true").ok
+        assert box.run("seq 1000 | wc -l").stdout.strip() == "1000"
+        assert box.run("printf '\\377'").exit_code == 0
+
     return {
         "lease open + close": lease_cycle,
         'run("true")': lambda: box.run("true").check(),
@@ -62,6 +77,7 @@ def operations(box: cs.Lease, client: cs.Client, scratch: Path) -> dict[str, Cal
         "write_file": lambda: box.write_file("/workspace/w.txt", b"y" * 10_000),
         "read_file": lambda: box.read_file("/workspace/data.txt"),
         "start + wait": lambda: box.start("true").wait().check(),
+        "10 mixed runs": mixed,
         "upload_dir": lambda: box.upload_dir(tree, "/workspace/up"),
         "download_dir": download_dir,
     }

@@ -13,7 +13,9 @@ half an RTT each way and holds a new connection's first bytes for one RTT
 - ``floor``: the least raw ``requests`` code doing the same, with keep-alive
   (one session, every body read to its end so that connections are reused;
   ``_workloads.RawFloor``);
-- ``official SDK``: ``createos-sandbox`` (``_official.OfficialRun``), when installed.
+- ``official SDK``: ``createos-sandbox`` (``_official.OfficialRun``), when installed;
+- ``/exec floor`` (``run("true")`` only): one buffered ``POST /exec`` with raw
+  ``requests``, the one-request floor of a command (not cancellable, not resumable).
 
 Per operation: wall time in RTTs (median and IQR over rounds, after one
 warm-up round), new connections (counted by the proxy) and requests
@@ -56,6 +58,7 @@ OPERATIONS = (
     "read_file 1 MB",
 )
 OURS, FLOOR, OFFICIAL = "createos-sync", "floor", "official SDK"
+EXEC = "/exec floor"  # one request, raw requests: the least any client pays for a command
 MAX_OUTPUT = 4 * 1024 * 1024
 
 
@@ -114,6 +117,17 @@ def _theirs(runner: Any, blob: bytes) -> dict[str, Callable[[], None]]:
     return {op: action for op, action in zip(OPERATIONS, operations, strict=True) if action}
 
 
+def _exec_floor(floor: RawFloor) -> dict[str, Callable[[], None]]:
+    """``run("true")`` as one buffered ``POST /exec``: not cancellable, not resumable, but
+    one request and one round trip (issue 36's floor for a command)."""
+
+    def run_true() -> None:
+        reply = floor._call("POST", f"{floor.sandbox}/exec", json={"cmd": "true"})
+        assert reply.json()["data"]["result"]["exit_code"] == 0
+
+    return {OPERATIONS[0]: run_true, OPERATIONS[1]: _in_a_row(run_true)}
+
+
 def _in_a_row(action: Callable[[], None]) -> Callable[[], None]:
     def repeated() -> None:
         for _ in range(IN_A_ROW):
@@ -145,6 +159,7 @@ def measure(rtt_ms: float, rounds: int) -> dict[str, Any]:
                     runners[OFFICIAL] = _official.OfficialRun(url, emu.api_key, box.id, emu.ca_path)
                 variants = {OURS: _ours(client, box, blob)}
                 variants.update({n: _theirs(r, blob) for n, r in runners.items()})
+                variants[EXEC] = _exec_floor(runners[FLOOR])
                 figures = _rounds(emu, proxy, variants, rounds)
                 for runner in runners.values():
                     runner.close()

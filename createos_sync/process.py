@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, AnyStr, Generic
 
 from ._commands.command import Command, Gate, unwrap
-from ._commands.execution import Execution, gone_with_its_sandbox, launch, release
+from ._commands.execution import ManagedExecution, gone_with_its_sandbox, launch, release
 from ._commands.execution import StdinData as StdinData
 from ._commands.output import LiveOutput, OnOutput, Output
 from ._commands.terminal import DEFAULT_SIZE as DEFAULT_SIZE
@@ -77,7 +77,7 @@ class Process(Generic[AnyStr]):
         self._stdin_open = stdin_open
         self._live = LiveOutput(max_output)
         self._output = Output(max_output, text=text, sinks=(self._live.put, on_output, echo))
-        self._execution = Execution(box, process_id, self._output.write, after=after)
+        self._execution = ManagedExecution(box, process_id, self._output.write, after=after)
         self._started = time.monotonic()
         self._attached = threading.Event()
         self._done = threading.Event()

@@ -4,7 +4,7 @@
 plain ``run("true")`` costs three requests: process creation, the output
 stream, and the stdin close that releases the start gate. ``stdin=`` adds
 one upload of the staged input. A terminal process (``pty``) costs the same:
-its gate is released by a typed key instead (see ``_command.RELEASE_KEY``).
+its gate is released by a typed key instead (see ``command.RELEASE_KEY``).
 """
 
 from __future__ import annotations
@@ -99,14 +99,14 @@ def launch(
                 )
             if not may_have_taken_effect(exc):
                 raise
-            _poison(box, exc)
+            poison_after(box, exc)
         process_id: str = record["process_id"]
         box.table.started(process_id)
     log.info("started process %s in sandbox %s", process_id, box.sandbox_id)
     if pty is not None and record.get("kind", "pty") != "pty":
         # On pipes, the key that releases a terminal's gate would never
         # release it: the process would wait forever. It must not stay.
-        Execution(box, process_id, None).terminate()
+        ManagedExecution(box, process_id, None).terminate()
         raise ProtocolError(f"the service started process {process_id} without a terminal")
     return process_id
 
@@ -123,7 +123,7 @@ def release(
     _api.send_input(box.transport, box.sandbox_id, process_id, key, deadline)
 
 
-def _poison(box: Box, exc: BaseException) -> NoReturn:
+def poison_after(box: Box, exc: BaseException) -> NoReturn:
     """A process creation of unknown outcome: poison the lease, and say so in the error."""
     box.table.ambiguous_creation()
     log.error(
@@ -142,7 +142,7 @@ def _poison(box: Box, exc: BaseException) -> NoReturn:
     raise said from None
 
 
-class Execution:
+class ManagedExecution:
     """One managed process followed from this client: its output and its end."""
 
     def __init__(self, box: Box, process_id: str, keep: Keep | None, *, after: int = 0) -> None:
@@ -202,7 +202,7 @@ def gone_with_its_sandbox(exc: BaseException) -> bool:
     return isinstance(exc, SandboxUnavailable) and exc.status in ("destroying", "destroyed")
 
 
-def stop(execution: Execution, escalate: Callable[[], None]) -> None:
+def stop(execution: ManagedExecution, escalate: Callable[[], None]) -> None:
     """Terminate a process we stop following; a Ctrl-C meanwhile escalates to ``escalate``."""
     try:
         execution.terminate()
@@ -240,7 +240,7 @@ def run(
     deadline = Deadline.after(timeout)
     gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
     process_id = launch(box, command, gate=gate, stdin=stdin, deadline=deadline, pty=pty)
-    execution = Execution(box, process_id, output.write)
+    execution = ManagedExecution(box, process_id, output.write)
     try:
         exit_frame = execution.follow(
             deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)

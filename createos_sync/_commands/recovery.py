@@ -1,4 +1,4 @@
-"""What a follower asks of the service when its stream cannot tell: ``_follow.Recovery``.
+"""What a follower asks of the service when its stream cannot tell: ``follow.Recovery``.
 
 - the process's end, by long poll (``wait?scope=tree``), when its stream
   keeps dropping: a 408 is "not yet", and the poll is sent again within the

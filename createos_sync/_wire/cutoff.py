@@ -74,6 +74,11 @@ class Cutoff:
         if self._scheduled:
             _ALARMS.finished(self)
 
+    def claim(self, conn: Any) -> None:
+        """Claim a connection already in use (a stream kept open past its request)."""
+        if hasattr(conn, "createos_cutoff"):
+            self._claim(conn)
+
     def _claim(self, conn: _Claimable) -> None:
         with _lock:
             if self._over:

@@ -50,7 +50,6 @@ USER_AGENT = "createos-sync/0.1.0"
 Body = bytes | Callable[[], Any] | None
 
 
-
 @attrs.frozen
 class Reply:
     """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status."""
@@ -133,6 +132,23 @@ class Stream:
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
             pass  # timed out or broke: the connection is not reusable
         return False
+
+    def bound_by(self, deadline: Deadline | None) -> None:
+        """Cut the stream at ``deadline`` (None: no longer), as a request is cut at its own:
+        a stream kept across commands is bounded by each command's deadline in turn."""
+        if self._cutoff is not None:
+            self._cutoff.cancel()
+            self._cutoff = None
+        connection = getattr(self._response.raw, "connection", None)
+        if deadline is None or connection is None:
+            return
+        self._cutoff = _cutoff.Cutoff(deadline)
+        self._cutoff.claim(connection)
+
+    def read_within(self, seconds: float) -> None:
+        """Make the next reads of ``chunks`` give up after ``seconds`` of silence (the
+        stream then breaks): a stream kept open across commands has no deadline of its own."""
+        self._bound_reads(seconds)
 
     def _bound_reads(self, seconds: float) -> None:
         """Make each socket read wait at most ``seconds`` (none is needed once urllib3

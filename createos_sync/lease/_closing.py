@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, TypeVar
 
+from .._commands import session as _session
 from .._sandboxes import sandbox as _sandbox
 from .._sandboxes import shield as _shield
 from .._sandboxes.attachments import Attachments
@@ -92,6 +93,7 @@ class Containment:
         budget = CleanupTime.of(box.transport)
         try:
             with _shield.delivered():
+                _session.retire(box, sandbox_ends=self._on_exit == "destroy")
                 terminate_unfinished(box.transport, box.sandbox_id, box.table, budget)
         except KeyboardInterrupt:
             log.warning(

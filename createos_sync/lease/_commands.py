@@ -13,6 +13,7 @@ from typing import Any, Literal, overload
 from .. import _files as files
 from .. import process
 from .._commands import execution as _execution
+from .._commands import session as _session
 from .._commands.command import Command
 from .._commands.output import Output
 from .._commands.output import echo as echo_output
@@ -71,11 +72,14 @@ class CommandMethods(LeaseCore):
     ) -> RunResult[Any]:
         r"""Run a command to completion in the sandbox and return its ``RunResult``.
 
-        The process waits at a start gate until its output stream is
-        attached, so nothing it writes is lost; a dropped stream is
-        reattached to the same process, without duplicates or gaps. Ctrl-C
-        terminates the process tree, then re-raises; a second Ctrl-C
-        meanwhile destroys the sandbox.
+        The command runs in the lease's command session (a supervisor
+        process the first ``run()`` starts, whose output stream stays
+        attached): nothing it writes is lost, and a dropped stream is
+        reattached without duplicates or gaps. Ctrl-C or the timeout ends
+        the command's whole process tree (``setsid`` and double forks
+        included) and confirms it, else terminates the session, else the
+        lease is poisoned; then re-raises. A second Ctrl-C meanwhile destroys
+        the sandbox. Sessions end with the lease.
 
         Args:
             cmd: a ``str`` runs as a bash script (``bash -lc``); a sequence
@@ -116,8 +120,15 @@ class CommandMethods(LeaseCore):
                 U+FFFD). False (as ``subprocess``): they are the exact
                 ``bytes``, never replaced.
 
-        Request budget: 3 (create, output stream, start-gate release), plus 1
-        upload when ``stdin`` is given, plus reconnections of a dropped stream.
+        Request budget: 1 in steady state (one input request to the lease's
+        command session, ``stdin`` and env included); the lease's first command
+        costs 3 (the session's creation and stream, then the command). A
+        timeout or Ctrl-C adds 1 (ending the command's processes) and 1 to
+        reattach the stream; a dropped stream adds its reconnections. Terminals
+        (``pty``), stdin given as a file, a command or stdin over about 32 KiB,
+        and a command while another runs in the session from another thread
+        take a managed process: 3 (create, output stream, start-gate release),
+        plus 1 upload when ``stdin`` is given.
 
         Raises:
             ValueError, TypeError: invalid arguments, before any request.
@@ -134,16 +145,23 @@ class CommandMethods(LeaseCore):
         size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
-        sinks = (on_output, echo_output if echo else None)
-        result = _execution.run(
-            box,
-            command,
-            stdin=stdin,
-            timeout=limit,
-            output=Output(max_output, text=text, sinks=sinks),
-            escalate=self._destroy_now,
-            pty=size,
-        )
+        output = Output(max_output, text=text, sinks=(on_output, echo_output if echo else None))
+        result = None
+        if size is None:
+            result = _session.try_run(
+                box, command, stdin=stdin, timeout=limit, output=output,
+                escalate=self._destroy_now,
+            )  # fmt: skip
+        if result is None:
+            result = _execution.run(
+                box,
+                command,
+                stdin=stdin,
+                timeout=limit,
+                output=output,
+                escalate=self._destroy_now,
+                pty=size,
+            )
         return result.check() if check else result
 
     @overload
@@ -184,7 +202,8 @@ class CommandMethods(LeaseCore):
         the output is followed from a thread, so none is evicted while
         nobody reads. The process runs until it ends, ``terminate()`` or
         ``kill()``, or the lease closes (which terminates it). Request
-        budget: 3, like ``run()``.
+        budget: 3 (a managed process of its own: create, output stream,
+        start-gate release), where ``run()`` costs 1 in the lease's session.
 
         Args:
             cmd: a ``str`` runs as a bash script, a sequence as argv (as in ``run``).

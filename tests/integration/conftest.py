@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from createos_sync import Client, Lease
+from createos_sync._commands.session import SWITCH as SESSION_SWITCH
 from createos_sync.emulator import Emulator
 
 from .helpers import FAST, no_new_leaks
@@ -38,6 +39,13 @@ def client(emulator: Emulator) -> Iterator[Client]:
 def box(client: Client) -> Iterator[Lease]:
     with client.lease() as lease:
         yield lease
+
+
+@pytest.fixture
+def managed_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands take the managed-process path (no command session): what a test of that
+    path's own mechanics (start gate, staging, its request count) needs."""
+    monkeypatch.setenv(SESSION_SWITCH, "0")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
+from createos_sync._commands.session import SESSION_ARGV0
 from createos_sync._sandboxes.watchdog import NAME as WATCHDOG_NAME
 from createos_sync.emulator import Emulator
 
@@ -49,21 +50,45 @@ def processes_of(
     runs for as long as the lease is open, and is not a process of the user's.
     """
     found = [p for p in emulator.live_processes() if p.sandbox_id == sandbox_id]
+    found = [p for p in found if not idle_session(emulator, p)]
     return found if watchdog else [p for p in found if not is_watchdog(emulator, p)]
+
+
+def idle_session(emulator: Emulator, live: Any) -> bool:
+    """Whether a live process is a lease's command session with no command's process in it
+    (none of its processes carries a command's env marker): the lease's, not the user's."""
+    if not _named(emulator, live, SESSION_ARGV0):
+        return False
+    for pid in live.pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if b"CREATEOS_SYNC_RUN=" in environ.read():
+                    return False
+        except OSError:
+            continue
+    return True
 
 
 def user_processes(emulator: Emulator) -> list[Any]:
     """The live processes of every sandbox, the leases' ttl watchdogs left out."""
-    return [p for p in emulator.live_processes() if not is_watchdog(emulator, p)]
+    return [
+        p
+        for p in emulator.live_processes()
+        if not is_watchdog(emulator, p) and not idle_session(emulator, p)
+    ]
 
 
 def is_watchdog(emulator: Emulator, live: Any) -> bool:
     """Whether a live process is a lease's ttl watchdog (its args name it)."""
+    return _named(emulator, live, WATCHDOG_NAME)
+
+
+def _named(emulator: Emulator, live: Any, name: str) -> bool:
     try:
         process = emulator._require_store().get(live.sandbox_id).processes[live.process_id]
     except Exception:  # its sandbox or record is gone meanwhile
         return False
-    return process.command.args[2:3] == [WATCHDOG_NAME]
+    return process.command.args[2:3] == [name]
 
 
 def proc_state(pid: int) -> str | None:

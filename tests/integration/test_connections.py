@@ -68,7 +68,7 @@ def test_every_operation_reuses_connections(
 
 
 def test_a_stream_kept_open_after_exit_costs_the_bound_not_the_hold(
-    server: Emulator, warm: Client
+    server: Emulator, warm: Client, managed_path: None
 ) -> None:
     with warm.lease() as box:
         box.run("true")

@@ -34,11 +34,13 @@ def test_items_run_on_a_pool_of_leases_and_cost_only_their_own_requests(
     leases = len(set(seen.values()))
     assert 1 <= leases <= 3
     ops = _counts(emulator)
-    # request budget: per lease of the pool a creation, its ttl watchdog and a destroy;
-    # per item its run (3), nothing else
+    # request budget: per lease of the pool a creation, its ttl watchdog, its command
+    # session (created, its stream attached) and a destroy; per item its run (1), nothing else
     assert ops["sandbox.create"] == ops["sandbox.delete"] == leases
-    assert ops["process.create"] == leases + 12
-    assert sum(ops.values()) == 3 * leases + 3 * 12
+    assert ops["process.create"] == 2 * leases  # the watchdog and the session
+    assert ops["process.connect"] == leases
+    assert ops["process.input"] == 12
+    assert sum(ops.values()) == 5 * leases + 12
     assert not set(seen.values()) & set(emulator.live_sandboxes())
 
 

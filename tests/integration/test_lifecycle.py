@@ -17,6 +17,7 @@ import requests
 
 import createos_sync as cs
 from createos_sync import Client, Lease
+from createos_sync._commands.session import SWITCH as SESSION_SWITCH
 from createos_sync.emulator import Emulator, Fault
 
 from ..waiting import wait_until
@@ -318,14 +319,20 @@ SIGINT_SCRIPT = textwrap.dedent(
 
 
 @contextlib.contextmanager
-def _script_in_run(emulator: Emulator) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A separate Python process inside ``box.run("sleep 1000")``, and its sandbox id."""
+def _script_in_run(
+    emulator: Emulator, *, session: bool = False
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A separate Python process inside ``box.run("sleep 1000")``, and its sandbox id; the
+    command runs as a managed process of its own, or with ``session`` in the lease's
+    command session."""
     env = {
         **os.environ,
         "CREATEOS_API_URL": emulator.url,
         "CREATEOS_API_KEY": emulator.api_key,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        SESSION_SWITCH: "1" if session else "0",
     }
+    released = ("process.input", 200) if session else ("process.stdin_close", 200)
     child = subprocess.Popen(
         [sys.executable, "-c", SIGINT_SCRIPT],
         env=env,
@@ -341,8 +348,7 @@ def _script_in_run(emulator: Emulator) -> Iterator[tuple[subprocess.Popen[str], 
         # Following its output (gate released): `sleep 1000` is what runs now.
         wait_until(
             lambda: (
-                ("process.stdin_close", 200) in operations(emulator, sandbox_id)
-                and processes_of(emulator, sandbox_id)
+                released in operations(emulator, sandbox_id) and processes_of(emulator, sandbox_id)
             ),
             what="the command to run",
         )
@@ -366,6 +372,22 @@ def test_sigint_during_run_terminates_the_process_and_destroys_the_sandbox(
     assert sandbox_id not in emulator.live_sandboxes()
     ops = operations(emulator, sandbox_id)
     assert ("process.delete", 200) in ops  # the run terminated its process...
+    assert ops[-1] == ("sandbox.delete", 200)  # ...then the lease destroyed the sandbox
+
+
+def test_sigint_during_a_session_run_ends_the_command_and_destroys_the_sandbox(
+    emulator: Emulator,
+) -> None:
+    with _script_in_run(emulator, session=True) as (child, sandbox_id):
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+
+    assert child.returncode != 0
+    assert "KeyboardInterrupt" in stderr
+    assert processes_of(emulator, sandbox_id) == []
+    assert sandbox_id not in emulator.live_sandboxes()
+    ops = operations(emulator, sandbox_id)
+    assert ops.count(("process.input", 200)) == 2  # the command, then ending it...
     assert ops[-1] == ("sandbox.delete", 200)  # ...then the lease destroyed the sandbox
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from createos_sync.emulator import Emulator
 
-from ..integration.helpers import sweep
+from ..integration.helpers import idle_session, sweep
 from .ledger import LEDGER
 
 # Distinctive, so that a leak of it anywhere is found by a plain substring search.
@@ -58,7 +58,8 @@ def check_no_leaks(emulator: Emulator, before: set[str], allowed: Iterable[str] 
     ``allowed`` (a cleanup error named those); all are destroyed. Each leaked sandbox
     and each process still running counts as a leak in the ledger."""
     leaked = sorted(set(emulator.live_sandboxes()) - before - set(allowed))
-    LEDGER.add(leaks=len(leaked) + len(emulator.live_processes()))
+    running = [p for p in emulator.live_processes() if not idle_session(emulator, p)]
+    LEDGER.add(leaks=len(leaked) + len(running))  # an idle command session is the lease's
     sweep(emulator, before)
     return leaked
 

@@ -20,6 +20,7 @@ in depth live in tests/integration/test_faults.py; this is the systematic grid.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from ..integration.helpers import (
     FAST,
     MIXED_OUTPUT_SCRIPT,
     StreamHasher,
+    idle_session,
     mixed_output,
     sha256,
 )
@@ -63,6 +65,7 @@ OPERATIONS = (
     "process.create",
     "process.connect",
     "process.stdin_close",
+    "process.input",
     "process.delete",
     "file.write",
     "file.read",
@@ -72,7 +75,7 @@ FAULTS = ("5xx-once", "5xx-always", "503", "drop", "slow", "429", "malformed")
 # A lost answer is worst when the request did take effect: these perform it first.
 MUTATING = frozenset(
     {"sandbox.create", "sandbox.delete", "process.create", "process.stdin_close",
-     "process.delete", "file.write"}
+     "process.input", "process.delete", "file.write"}
 )  # fmt: skip
 
 # Outcomes: ok = the call succeeded, output verified; error = a CreateosError, nothing
@@ -95,6 +98,11 @@ EXPECTED: dict[str, dict[str, str]] = {
                         "drop": "ok", "slow": "timed-out", "429": "ok", "malformed": "error"},
     "process.stdin_close": {"5xx-once": "ok", "5xx-always": "error", "503": "ok",
                             "drop": "ok", "slow": "error", "429": "ok", "malformed": "error"},
+    # The command of a lease's command session (its first run starts the session: the
+    # process.create and process.connect rows above are the session's): a lost or failed
+    # answer may have run the command, so it is ended (confirmed) and the error raised.
+    "process.input": {"5xx-once": "error", "5xx-always": "error", "503": "ok",
+                      "drop": "error", "slow": "error", "429": "ok", "malformed": "error"},
     # slow: the first termination hangs past its share of the cleanup time, the retry
     # (on a share of its own) reaches the service and confirms the end
     "process.delete": {"5xx-once": "ok", "5xx-always": "poisoned", "503": "ok",
@@ -194,7 +202,10 @@ class Cell:
     def run_workload(self, box: cs.Lease, timeout: float = 20.0) -> cs.RunResult:
         hasher = StreamHasher()
         self.runs += 1
-        result = box.run(WORKLOAD, timeout=timeout, on_output=hasher)
+        # stdin as a file takes the managed-process path (a start gate released by
+        # stdin/close); every other run takes the lease's command session.
+        stdin = io.BytesIO(b"") if self.operation == "process.stdin_close" else None
+        result = box.run(WORKLOAD, timeout=timeout, on_output=hasher, stdin=stdin)
         self.result = result
         self.texts.append(repr(result))
         if result.ok:
@@ -240,9 +251,13 @@ def attach_workload(cell: Cell) -> None:
 
 
 def process_workload(cell: Cell) -> None:
-    """A run whose creation, output stream or start-gate release is faulted."""
+    """A run whose creation, output stream or start-gate release is faulted, or, in a
+    command session already started, its one request."""
     with cell.lease() as box:
         cell.opened(box)
+        if cell.operation == "process.input":
+            assert box.run("true").ok  # the session starts: its creation is not faulted
+            cell.emu.clear_request_log()  # the faulted request is the first one logged
         cell.inject()
         result = cell.run_workload(box, timeout=SHORT if cell.slow else 20.0)
         if cell.kind == "slow" and cell.operation == "process.connect":
@@ -308,6 +323,7 @@ WORKLOADS: dict[str, Callable[[Cell], None]] = {
     "process.create": process_workload,
     "process.connect": process_workload,
     "process.stdin_close": process_workload,
+    "process.input": process_workload,
     "process.delete": terminate_workload,
     "file.write": upload_workload,
     "file.read": download_workload,
@@ -370,7 +386,9 @@ def run_cell(operation: str, kind: str, tmp: Path, expected_output: tuple[str, s
             client.close()
         cell.sandbox_ids |= set(emu.live_sandboxes()) | _named_sandboxes(caught)
         cell.texts.append(repr(client))
-        live = emu.live_processes()
+        # An idle command session is the lease's own (as its ttl watchdog): it goes with
+        # its sandbox, and one whose destroy failed was named by the cleanup error.
+        live = [p for p in emu.live_processes() if not idle_session(emu, p)]
         leaked = check_no_leaks(emu, set(), allowed=_named_alive(caught))
         if kind == "slow" and operation in ("sandbox.create", "process.create"):
             # The late answer is logged when it is finally sent: count it too.

@@ -7,8 +7,16 @@ import pytest
 import responses
 
 from createos_sync import Client, Lease
+from createos_sync._commands.session import SWITCH as SESSION_SWITCH
 
 from .wire import BASE, KEY, Service
+
+
+@pytest.fixture(autouse=True)
+def _managed_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests script the managed-process path's requests (create, connect,
+    stdin/close): no command session (tests/integration/test_session.py covers that)."""
+    monkeypatch.setenv(SESSION_SWITCH, "0")
 
 
 @pytest.fixture

@@ -180,8 +180,16 @@ def close_stdin(t: Transport, sandbox_id: str, process_id: str, deadline: Deadli
 
 
 def send_input(
-    t: Transport, sandbox_id: str, process_id: str, data: bytes, deadline: Deadline
+    t: Transport,
+    sandbox_id: str,
+    process_id: str,
+    data: bytes,
+    deadline: Deadline,
+    *,
+    secrets: Sequence[str] = (),
 ) -> None:
+    """Write ``data`` to the process's stdin; ``secrets``: what ``data`` carries (env
+    values, argv items) that no server text shown from the answer may hold."""
     t.call(
         "POST",
         f"{_process(sandbox_id, process_id)}/input",
@@ -189,6 +197,7 @@ def send_input(
         repeat=Repeat.REFUSED_ONLY,
         deadline=deadline,
         json_body={"data_base64": base64.b64encode(data).decode("ascii")},
+        secrets=secrets,
     )
 
 

@@ -1,0 +1,212 @@
+# createos-sync command session: runs the commands of one lease, one request each.
+#
+# Run as `/bin/bash -c "$(cat supervisor.sh)" createos-sync-session SESSION_ID /workspace`; every
+# managed process of this package already needs /bin/bash, and nothing else is used but
+# cat, mkfifo, rm and grep. Requests, one line each on stdin (fields: one space):
+#
+#   R TOKEN N CWD STDIN SCRIPT   run command N (fields: "-" for none, or ":" and the
+#                                bytes, every byte outside [A-Za-z0-9_./=+,-] as \0ooo)
+#   K TOKEN N GRACE              end command N's processes (TERM, GRACE s, KILL), report
+#
+# Records on the session's stdout / stderr start with NUL RS and a TOKEN the client chose
+# for this request (128 random bits, held only in this shell's variables: never in an
+# argv, an env or a file), so no command can write one:
+#
+#   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
+#           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report;
+#           "k 0 never": that command's request never came)
+#   stderr: <NUL><RS>TOKEN\n         the end of command N's stderr
+#
+# Each command is a fresh child in its own process group, with the env marker
+# CREATEOS_SYNC_RUN=SESSION.N. (inherited by whatever it forks, setsid included), its
+# own cwd and env (`bash -lc`, as a managed process), stdin from a file or /dev/null, and
+# stdout / stderr through FIFOs relayed by `cat`: once it has ended (and LINGER passed for
+# a background child holding them), its relays are cut, so nothing it leaves behind
+# writes into a later command's output.
+
+sid=$1
+# The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
+# it reads): there, commands must be managed processes. It shows by rewriting $2.
+[ "x$2" = x/workspace ] || exit 97
+LINGER=0.2
+set -m
+exec 4>&2 2>/dev/null 3</dev/null
+tries=0 # a new name each time: one left by a session killed before its trap ran may exist
+until d=${TMPDIR:-/tmp}/.createos_sync_session.$$.$RANDOM$RANDOM && mkdir -m 700 -- "$d"; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 20 ] || exit 97
+done
+trap 'rm -rf -- "$d"' EXIT
+mkfifo -m 600 -- "$d/tick" && exec 5<>"$d/tick" # read -t on it: a sleep without a fork
+
+nap() { IFS= read -r -t "$1" -u 5 _ || :; }
+
+# The status of command $2 (already waited for, `wait` status $1): "x CODE" or "s SIGNUM".
+# `wait` gives 128+N for both an exit(128+N) and a death by signal N; only the latter
+# leaves a job notice (bash's words for the signal) that is neither "Exit" nor "Done".
+status_of() {
+    s=$1 note= line=
+    if [ "$s" -gt 128 ]; then
+        while IFS= read -r line; do
+            case $line in *" Exit "* | *" Done "*) ;; *the_command*) note=1 ;; esac
+        done <"$d/w$2"
+    fi
+    if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
+}
+
+# The command's own process (its job: the only one named the_command, see status_of).
+the_command() {
+    exec 4>&- 5>&-
+    if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
+    if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
+    export CREATEOS_SYNC_RUN="$sid.$n."
+    exec /bin/bash -lc "$script"
+}
+
+relaying() { kill -0 "$ro" || kill -0 "$re"; }
+
+# Whether a process carrying command $1's marker is alive (not a zombie: it has an env).
+marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ; }
+
+# Whether a process of command $1 (process group $2) is alive: its group first (no fork).
+lives() { kill -0 -- "-$2" || marked "$1"; }
+
+# One command, from its start to its end records: a background subshell per command.
+waiter() {
+    token=$1 n=$2 o=$d/o$2 e=$d/e$2
+    set -m
+    cat <"$o" &
+    ro=$!
+    cat <"$e" >&4 &
+    re=$!
+    the_command >"$o" 2>"$e" &
+    c=$!
+    echo "$c" >"$d/p$n"
+    wait "$c" 2>"$d/w$n"
+    s=$?
+    jobs -l >>"$d/w$n"
+    status_of "$s" "$n"
+    if relaying; then nap 0.001; fi # they end as soon as they read EOF, normally
+    if relaying && lives "$n" "$c"; then # a background child of it may hold them: LINGER
+        waited=0
+        while relaying && lives "$n" "$c" && [ "$waited" -lt 20 ]; do
+            nap 0.01
+            waited=$((waited + 1))
+        done
+    fi
+    if relaying && lives "$n" "$c"; then # cut: drain what comes later, then stop the relay
+        for relay in "$ro:$o" "$re:$e"; do
+            if kill -0 "${relay%%:*}"; then
+                cat <"${relay#*:}" >/dev/null &
+                kill "${relay%%:*}"
+            fi
+        done
+    fi
+    wait "$ro" "$re"
+    printf '\0\036%s\n' "$token" >&4
+    printf '\0\036%s %s\n' "$token" "$st"
+    : >"$d/z$n"
+    rm -f -- "$o" "$e" "$d/i$n" "$d/w$n"
+}
+
+# Signal every process of command $1: its group, and whatever carries its marker.
+sweep() {
+    left=0
+    if IFS= read -r pg <"$d/p$1"; then kill "-$2" -- "-$pg" && left=1; fi
+    for f in $(grep -l -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ); do
+        p=${f#/proc/}
+        p=${p%/environ}
+        [ "$p" = "$$" ] || { kill "-$2" "$p" && left=$((left + 1)); }
+    done
+}
+
+# End command $2's processes; report how many are left (0: none, confirmed).
+end_command() {
+    token=$1 n=$2 grace=$3
+    sweep "$n" TERM
+    tries=0
+    while [ "$left" -gt 0 ] && [ "$tries" -lt "$grace" ]; do
+        nap 0.05
+        sweep "$n" 0
+        tries=$((tries + 1))
+    done
+    tries=0
+    while { [ "$left" -gt 0 ] || [ ! -e "$d/z$n" ]; } && [ "$tries" -lt 40 ]; do
+        sweep "$n" KILL
+        nap 0.05
+        tries=$((tries + 1))
+    done
+    sweep "$n" 0
+    printf '\0\036%s k %s\n' "$token" "$left"
+}
+
+field() { # $1 into $v; false for "-"
+    case $1 in
+    :*) printf -v v '%b' "${1#:}" ;;
+    *) return 1 ;;
+    esac
+}
+
+# A waiter killed by its command (`kill $PPID`) wrote no end records: say so instead.
+check_waiter() {
+    if [ -n "$cur_w" ] && ! kill -0 "$cur_w" && [ ! -e "$d/z$cur_n" ]; then
+        printf '\0\036%s\n' "$cur_t" >&4
+        printf '\0\036%s L\n' "$cur_t"
+        cur_w=
+    fi
+}
+
+buf= cur_w= cur_n= cur_t=
+while :; do
+    if [ -n "$cur_w" ] && [ -e "$d/z$cur_n" ]; then cur_w=; fi # its records are written
+    if [ -n "$cur_w" ]; then # a command runs: look after its watcher once a second
+        IFS= read -r -t 1 part
+    else # idle: no wake-up at all
+        IFS= read -r part
+    fi
+    rc=$?
+    buf=$buf$part
+    if [ "$rc" -gt 128 ]; then # no request for 1 s (a partial line is kept in buf)
+        check_waiter
+        continue
+    fi
+    [ "$rc" -eq 0 ] || exit 0 # stdin closed: the lease is done with this session
+    IFS=' '
+    set -f
+    # shellcheck disable=SC2086 # split on spaces only, no glob
+    set -- $buf
+    set +f
+    unset IFS
+    buf= kind=$1 token=$2 n=$3 a=$4 b=$5 c=$6
+    case $kind in
+    R)
+        printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
+        has_cwd= has_in= cwd= script=
+        if field "$a"; then has_cwd=1 cwd=$v; fi
+        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
+        field "$c" && script=$v
+        if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
+            ready=1
+        else # made after the last command, unless a command removed them (or their directory)
+            [ -d "$d" ] || mkdir -m 700 -- "$d"
+            rm -f -- "$d/o$n" "$d/e$n"
+            ready=
+        fi
+        if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
+            waiter "$token" "$n" &
+            cur_w=$! cur_n=$n cur_t=$token
+            mkfifo -m 600 -- "$d/o$((n + 1))" "$d/e$((n + 1))" # the next command's, meanwhile
+        else
+            printf '\0\036%s\n' "$token" >&4
+            printf '\0\036%s x 126\n' "$token"
+        fi
+        ;;
+    K)
+        if [ "$n" = "$cur_n" ]; then
+            end_command "$token" "$n" "$a"
+        else # its request never came (requests arrive in order): nothing of it ran
+            printf '\0\036%s k 0 never\n' "$token"
+        fi
+        ;;
+    esac
+done
