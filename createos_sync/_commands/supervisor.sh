@@ -20,7 +20,7 @@
 # Each command is a fresh child in its own process group, with the env marker
 # CREATEOS_SYNC_RUN=SESSION.N. (inherited by whatever it forks, setsid included), its
 # own cwd and env (`bash -lc`, as a managed process), stdin from a file or /dev/null, and
-# stdout / stderr through FIFOs relayed by `cat`: once it has ended (and LINGER passed for
+# stdout / stderr through FIFOs relayed by `cat`: once it has ended (and 0.2 s passed for
 # a background child holding them), its relays are cut, so nothing it leaves behind
 # writes into a later command's output.
 
@@ -28,9 +28,8 @@ sid=$1
 # The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
 # it reads): there, commands must be managed processes. It shows by rewriting $2.
 [ "x$2" = x/workspace ] || exit 97
-LINGER=0.2
 set -m
-exec 4>&2 2>/dev/null 3</dev/null
+exec 4>&2 2>/dev/null
 tries=0 # a new name each time: one left by a session killed before its trap ran may exist
 until d=${TMPDIR:-/tmp}/.createos_sync_session.$$.$RANDOM$RANDOM && mkdir -m 700 -- "$d"; do
     tries=$((tries + 1))
@@ -87,7 +86,7 @@ waiter() {
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
     if relaying; then nap 0.001; fi # they end as soon as they read EOF, normally
-    if relaying && lives "$n" "$c"; then # a background child of it may hold them: LINGER
+    if relaying && lives "$n" "$c"; then # a background child of it may hold them: 0.2 s
         waited=0
         while relaying && lives "$n" "$c" && [ "$waited" -lt 20 ]; do
             nap 0.01
@@ -182,9 +181,6 @@ while :; do
     R)
         printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
         has_cwd= has_in= cwd= script=
-        if field "$a"; then has_cwd=1 cwd=$v; fi
-        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
-        field "$c" && script=$v
         if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
             ready=1
         else # made after the last command, unless a command removed them (or their directory)
@@ -192,6 +188,9 @@ while :; do
             rm -f -- "$d/o$n" "$d/e$n"
             ready=
         fi
+        if field "$a"; then has_cwd=1 cwd=$v; fi
+        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
+        field "$c" && script=$v
         if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
             waiter "$token" "$n" &
             cur_w=$! cur_n=$n cur_t=$token
