@@ -60,7 +60,7 @@ def _bytes(text: str) -> bytes:
 
 
 @attrs.frozen
-class Record:
+class SupervisorRecord:
     """A supervisor record: its token and what follows it (``x 0``, ``s 9``, ``k 0``, ``""``)."""
 
     token: str
@@ -79,7 +79,7 @@ class RecordScanner:
         self,
         tokens: Callable[[], Iterable[str]],
         emit: Callable[[bytes], None],
-        on_record: Callable[[Record], None],
+        on_record: Callable[[SupervisorRecord], None],
     ) -> None:
         self._tokens = tokens
         self._emit = emit
@@ -108,7 +108,7 @@ class RecordScanner:
             start = 0
         self._pass(buffer)
 
-    def _at_candidate(self, buffer: bytes, at: int) -> tuple[int, Record] | int | None:
+    def _at_candidate(self, buffer: bytes, at: int) -> tuple[int, SupervisorRecord] | int | None:
         """The record starting at ``at`` and where it ends; -1 if it may be one not yet
         complete; None if it is not a record."""
         head = buffer[at : at + 2 + _TOKEN_CHARS]
@@ -123,7 +123,7 @@ class RecordScanner:
         if end < 0:
             return -1 if len(buffer) - at < MAX_RECORD else None
         tail = buffer[at + 2 + _TOKEN_CHARS : end].decode("ascii", "replace").strip()
-        return end + 1, Record(token, tail)
+        return end + 1, SupervisorRecord(token, tail)
 
     def _pass(self, data: bytes) -> None:
         if data:

@@ -38,7 +38,7 @@ class InFlight:
             return
         self.output.write(stream, data)
 
-    def record(self, stream: str, record: framing.Record) -> None:
+    def record(self, stream: str, record: framing.SupervisorRecord) -> None:
         if record.token == self.kill_token and record.tail.startswith("k "):
             left, _, never = record.tail[2:].partition(" ")
             self.killed_left = _int(left, default=1)

@@ -50,7 +50,7 @@ from .execution import StdinData, gone_with_its_sandbox, poison_after
 from .follow import REFUSED_FOR_A_DEAD_SANDBOX, lost_output
 from .inflight import InFlight
 from .output import Output
-from .session_stream import SUPERVISOR_COULD_NOT_START, Ended, SessionStream
+from .session_stream import SUPERVISOR_COULD_NOT_START, SessionStream, SupervisorEnded
 
 log = logging.getLogger("createos_sync.process")
 
@@ -82,7 +82,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.busy = threading.Lock()
-        self.session: Session | None = None
+        self.session: CommandSession | None = None
         self.unavailable = False  # the supervisor could not start here: managed path only
 
 
@@ -132,7 +132,7 @@ def try_run(
             if slot.session is None or slot.session.ended:
                 deadline = Deadline.after(timeout)
                 try:
-                    slot.session = Session.start(box, deadline)
+                    slot.session = CommandSession.start(box, deadline)
                 except _AttachTimedOut:  # as a start gate never released
                     return _never_started(box, command, timeout, output)
             try:
@@ -191,7 +191,7 @@ def _never_started(box: Box, command: Command, timeout: float, output: Output) -
     )  # fmt: skip
 
 
-class Session:
+class CommandSession:
     """One supervisor process of a lease, followed over its one output stream."""
 
     def __init__(self, box: Box, process_id: str) -> None:
@@ -203,7 +203,7 @@ class Session:
         self._ran = False
 
     @classmethod
-    def start(cls, box: Box, deadline: Deadline) -> Session:
+    def start(cls, box: Box, deadline: Deadline) -> CommandSession:
         """Create the supervisor (1 request) and attach its stream (1, reconnected as any
         stream): journaled as any creation (an unknown outcome poisons the lease)."""
         args = ["-c", SCRIPT, SESSION_ARGV0, box.sandbox_id, "/workspace"]  # see the script
@@ -276,7 +276,7 @@ class Session:
                 return self._cut_short(command, current, started, timeout)
             self._stop(current, escalate)
             raise
-        if isinstance(ended, Ended):  # the supervisor itself ended under the command
+        if isinstance(ended, SupervisorEnded):  # the supervisor itself ended under the command
             if ended.exit.exit_code == SUPERVISOR_COULD_NOT_START:
                 self._could_not_start()
                 return None
@@ -343,7 +343,7 @@ class Session:
             except CreateosError as exc:
                 log.warning("could not end command %d of session %s: %s", self._count, self.id, exc)
                 continue
-            if isinstance(left, Ended):
+            if isinstance(left, SupervisorEnded):
                 self._note_end(left)
                 return False  # the supervisor ended: its tree is confirmed by terminate
             if left == 0 and (current.done or current.never_ran):
@@ -392,7 +392,7 @@ class Session:
             f"it stopped serving while command session {self.id} ran", self.box.explain,
         )  # fmt: skip
 
-    def _note_end(self, ended: Ended) -> None:
+    def _note_end(self, ended: SupervisorEnded) -> None:
         self.ended = True
         self.box.table.finished(self.id)
         log.warning("command session %s ended (%s)", self.id, ended.exit)
@@ -401,7 +401,7 @@ class Session:
         self,
         command: Command,
         current: InFlight,
-        ended: Ended | None,
+        ended: SupervisorEnded | None,
         started: float,
         timeout: float,
     ) -> RunResult[Any]:

@@ -40,7 +40,7 @@ SUPERVISOR_COULD_NOT_START = 97  # supervisor.sh: no private directory for its F
 
 
 @attrs.frozen
-class Ended:
+class SupervisorEnded:
     """The supervisor process itself ended: its exit frame."""
 
     exit: Exit
@@ -115,13 +115,13 @@ class SessionStream:
             for name in ("stdout", "stderr")
         }
 
-    def until_done(self, current: InFlight, deadline: Deadline) -> Ended | None:
+    def until_done(self, current: InFlight, deadline: Deadline) -> SupervisorEnded | None:
         try:
             return self._until_done(current, deadline)
         finally:
             self.unbind()
 
-    def _until_done(self, current: InFlight, deadline: Deadline) -> Ended | None:
+    def _until_done(self, current: InFlight, deadline: Deadline) -> SupervisorEnded | None:
         """Read until the command's end records; None once they came or the deadline did."""
         while not current.done:
             # Until the supervisor says it read the command, a silent stream may be one that
@@ -131,16 +131,16 @@ class SessionStream:
                 return None
             if isinstance(frame, Exit):
                 self._flush()
-                return Ended(frame)
+                return SupervisorEnded(frame)
         return None
 
-    def until_killed(self, current: InFlight, deadline: Deadline) -> int | Ended:
+    def until_killed(self, current: InFlight, deadline: Deadline) -> int | SupervisorEnded:
         try:
             return self._until_killed(current, deadline)
         finally:
             self.unbind()
 
-    def _until_killed(self, current: InFlight, deadline: Deadline) -> int | Ended:
+    def _until_killed(self, current: InFlight, deadline: Deadline) -> int | SupervisorEnded:
         """Read until the kill report and the end records; the processes left (1: unknown)."""
         current.killed_left = None
         while current.killed_left is None or not (current.done or current.never_ran):
@@ -149,7 +149,7 @@ class SessionStream:
                 return 1 if current.killed_left is None else max(current.killed_left, 1)
             if isinstance(frame, Exit):
                 self._flush()
-                return Ended(frame)
+                return SupervisorEnded(frame)
         return current.killed_left
 
     def read_end(self, deadline: Deadline) -> bool:

@@ -32,7 +32,7 @@ def test_the_first_run_starts_the_session_and_every_later_one_is_one_request(
     emulator.clear_request_log()
     box.run("true", check=True)
     assert operations(emulator) == [
-        ("process.create", 201),
+        ("process.create", 200),
         ("process.connect", 200),
         ("process.input", 200),
     ]

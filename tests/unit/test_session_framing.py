@@ -39,7 +39,7 @@ def record(token: str, tail: str = "") -> bytes:
 def test_output_before_a_record_in_the_same_chunk_comes_first() -> None:
     assert scan([b"ran\n" + record(TOKEN, "x 0")]) == [
         b"ran\n",
-        framing.Record(TOKEN, "x 0"),
+        framing.SupervisorRecord(TOKEN, "x 0"),
     ]
 
 
@@ -51,8 +51,8 @@ def test_any_bytes_split_anywhere_keep_their_order(before: bytes, after: bytes, 
     events = scan(chunks)
 
     rebuilt = [e for e in events if isinstance(e, bytes)]
-    records = [e for e in events if isinstance(e, framing.Record)]
-    assert records == [framing.Record(TOKEN, "s 9")]  # random bytes cannot hold the token
+    records = [e for e in events if isinstance(e, framing.SupervisorRecord)]
+    assert records == [framing.SupervisorRecord(TOKEN, "s 9")]  # random bytes cannot hold the token
     assert b"".join(rebuilt) == before + after
     assert events.index(records[0]) == (1 if before else 0)
 
@@ -75,7 +75,7 @@ def test_a_record_without_its_newline_is_held_until_it_comes() -> None:
     scanner.feed(b"out" + head)
     assert events == [b"out"]
     scanner.feed(b"\nrest")
-    assert events == [b"out", framing.Record(TOKEN, "k 0"), b"rest"]
+    assert events == [b"out", framing.SupervisorRecord(TOKEN, "k 0"), b"rest"]
 
 
 def test_fields_never_hold_a_space_or_a_newline() -> None:
