@@ -26,7 +26,7 @@ def table() -> dict[str, tuple[int, bool]]:
     """operation -> (requests, whether status polls come on top), from the page's table."""
     rows = {}
     for line in PAGE.read_text().splitlines():
-        match = re.fullmatch(r"\| `?(.+?)`?(, per item)? \| (\d+)( \+ status polls)? \|.*\|", line)
+        match = re.fullmatch(r"\| `?(.+?)`?(, [a-z ]+)? \| (\d+)( \+ status polls)? \|.*\|", line)
         if match:
             rows[match.group(1) + (match.group(2) or "")] = (
                 int(match.group(3)),
@@ -71,6 +71,15 @@ def _remote_dir(box: cs.Lease) -> Callable[[], object]:
     return lambda: None
 
 
+def _in_steady_state(box: cs.Lease, command: Callable[[], object]) -> Callable[[], object]:
+    box.run("true", check=True)  # the lease's first command started its command session
+    return command
+
+
+def _timed_out(result: cs.RunResult[str]) -> None:
+    assert result.timed_out and result.stdout == "started\n", result
+
+
 def _second_cell(box: cs.Lease) -> Callable[[], object]:
     box.run_code("x = 1")  # the first cell started the interpreter
     return lambda: box.run_code("x + 1")
@@ -98,8 +107,20 @@ MEASURED: dict[str, Step] = {
         c.lease().open()
     ),
     "box.info()": lambda c, b, t: b.info,
-    "box.run(cmd)": lambda c, b, t: lambda: b.run("true"),
-    "box.run(cmd, stdin=data)": lambda c, b, t: lambda: b.run("cat", stdin="x"),
+    "box.run(cmd), first of a lease": lambda c, b, t: lambda: b.run("true"),
+    "box.run(cmd), in steady state": lambda c, b, t: _in_steady_state(b, lambda: b.run("true")),
+    "box.run(cmd, stdin=data), first of a lease": lambda c, b, t: (
+        lambda: b.run("cat", stdin="x", check=True)
+    ),
+    "box.run(cmd, stdin=data), in steady state": lambda c, b, t: _in_steady_state(
+        b, lambda: b.run("cat", stdin="x", check=True)
+    ),
+    "box.run(cmd, timeout=s), timed out": lambda c, b, t: _in_steady_state(
+        b, lambda: _timed_out(b.run("echo started; sleep 30", timeout=1))
+    ),
+    "box.run(cmd, pty=True)": lambda c, b, t: _in_steady_state(
+        b, lambda: b.run("true", pty=True, check=True)
+    ),
     "box.start(cmd)": lambda c, b, t: lambda: b.start("true").wait(),
     "process.send(data)": lambda c, b, t: (lambda p: lambda: p.send("x"))(b.start("cat")),
     "process.close_stdin()": lambda c, b, t: b.start("cat").close_stdin,
@@ -118,8 +139,8 @@ MEASURED: dict[str, Step] = {
         b.write_file("/workspace/g", b"x"),
         lambda: b.read_file("/workspace/g"),
     )[1],
-    "box.upload_dir(local, remote)": lambda c, b, t: (
-        lambda: b.upload_dir(_local_dir(t), "/workspace/up")
+    "box.upload_dir(local, remote)": lambda c, b, t: _in_steady_state(
+        b, lambda: b.upload_dir(_local_dir(t), "/workspace/up")
     ),
     "box.download_dir(remote, local)": lambda c, b, t: (
         _remote_dir(b),
@@ -175,6 +196,7 @@ def test_the_operation_sends_what_the_table_says(
 
 def test_the_table_parser_sees_polls_and_per_item_rows() -> None:
     rows = table()
-    assert rows["box.run(cmd)"] == (3, False)
+    assert rows["box.run(cmd), first of a lease"] == (3, False)
+    assert rows["box.run(cmd), in steady state"] == (1, False)
     assert rows["box.fork()"][1] is True
     assert "cs.map(fn, items), per item" in rows
