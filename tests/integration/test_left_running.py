@@ -20,7 +20,6 @@ def test_what_run_leaves_running_lives_until_the_lease_closes(
     emulator: Emulator, client: Client
 ) -> None:
     with client.lease() as box:
-        before = _live(emulator)  # the lease's own (its ttl watchdog)
         result = box.run(f"{TICKER} echo started")
         assert (result.exit_code, result.stdout) == (0, "started\n")
 
@@ -29,7 +28,6 @@ def test_what_run_leaves_running_lives_until_the_lease_closes(
 
         after_run = ticks()
         wait_until(lambda: ticks() > after_run, what="ticking after run() returned")
-        assert _live(emulator) - before  # the ticker's process, still running in the sandbox
         sandbox_id = box.id
     assert sandbox_id not in emulator.live_sandboxes()
     assert emulator.live_processes() == []  # gone with the sandbox
@@ -37,7 +35,8 @@ def test_what_run_leaves_running_lives_until_the_lease_closes(
 
 def test_a_timeout_ends_what_the_command_started(emulator: Emulator, client: Client) -> None:
     with client.lease() as box:
-        before = _live(emulator)
+        box.run("true")  # the lease's command session runs from its first command on
+        before = _live(emulator)  # the lease's own: its ttl watchdog, its command session
         result = box.run(f"{TICKER} sleep 60", timeout=1)
         assert result.timed_out
         stopped = int(box.run("wc -l < /tmp/ticks").stdout)
