@@ -31,9 +31,7 @@ def version() -> str | None:
 class OfficialRun:
     """Managed-process runs through the official SDK, on an existing sandbox."""
 
-    def __init__(
-        self, url: str, api_key: str, sandbox_id: str, ca_path: str | None = None
-    ) -> None:
+    def __init__(self, url: str, api_key: str, sandbox_id: str, ca_path: str | None = None) -> None:
         if createos is None:
             raise RuntimeError(f"createos-sandbox is not importable ({IMPORT_ERROR})")
         http_client = None

@@ -74,9 +74,7 @@ class RawFloor:
     to ``REQUESTS_CA_BUNDLE``.
     """
 
-    def __init__(
-        self, url: str, api_key: str, sandbox_id: str, verify: str | bool = True
-    ) -> None:
+    def __init__(self, url: str, api_key: str, sandbox_id: str, verify: str | bool = True) -> None:
         self.session = requests.Session()
         self.headers = {"X-Api-Key": api_key}
         self.root = f"{url.rstrip('/')}/v1/sandboxes"

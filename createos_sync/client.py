@@ -429,9 +429,7 @@ def _checked_params(params: object) -> dict[str, str] | None:
             raise TypeError("params names must be non-empty str")
         if isinstance(value, bool):
             query[name] = "true" if value else "false"
-        elif isinstance(value, str) or (
-            isinstance(value, (int, float)) and math.isfinite(value)
-        ):
+        elif isinstance(value, str) or (isinstance(value, (int, float)) and math.isfinite(value)):
             query[name] = str(value)
         else:
             raise TypeError(f"params[{name!r}] must be a str, int, finite float or bool")

@@ -33,7 +33,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     # then, once the suite passed, the integrations tier and the built wheel's checks
     steps = [line for line in ci if line and not line.startswith("#")]
     after = steps[steps.index(test_command) :]
-    assert after.index("((status == 0)) || exit \"$status\"") < after.index("bash .ci/consumer.sh")
+    assert after.index('((status == 0)) || exit "$status"') < after.index("bash .ci/consumer.sh")
     assert any(line.startswith("bash .ci/integrations.sh") for line in after)
     assert steps[-1] == "((consumer == 0 && integrations == 0))"
     assert "apt-get install" in "\n".join(ci) and "bubblewrap" in "\n".join(ci)

@@ -1,4 +1,4 @@
-"""The package passes its linters: ruff, and mypy in strict mode."""
+"""The package passes its linters: ruff (its checks and its format), and mypy in strict mode."""
 
 from __future__ import annotations
 
@@ -18,10 +18,20 @@ def test_ruff_is_clean() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
+def test_ruff_format_is_clean() -> None:
+    done = subprocess.run(
+        ["ruff", "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_mypy_strict_is_clean() -> None:
     pytest.importorskip("mypy")
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "createos_sync"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -71,9 +71,7 @@ class ServiceRecovery:
 
     def oldest_seq(self, deadline: Deadline) -> int | None:
         try:
-            record = _api.get_process(
-                self._transport, self._sandbox_id, self._process_id, deadline
-            )
+            record = _api.get_process(self._transport, self._sandbox_id, self._process_id, deadline)
         except CreateosError as exc:
             log.debug("could not read process %s: %s", self._process_id, exc)
             return None

@@ -89,9 +89,7 @@ class CleanupTime:
 
     def destroy(self) -> Deadline:
         """For destroying (or pausing) the sandbox: its share, or all that is left if more."""
-        return Deadline.after(
-            max(DESTROY_SHARE * self.total, self.whole.remaining()), self.clock
-        )
+        return Deadline.after(max(DESTROY_SHARE * self.total, self.whole.remaining()), self.clock)
 
     def _share(self, share: float, at_least: float = 0.0) -> Deadline:
         return Deadline.after(max(share * self.total, at_least), self.clock)

@@ -233,9 +233,7 @@ def journaled_ids(journal: Journal | None, transport: Transport) -> set[str]:
         return set()
     key = service_key(transport.config.base_url)
     return {
-        e.sandbox_id
-        for e in entries
-        if e.sandbox_id is not None and service_key(e.base_url) == key
+        e.sandbox_id for e in entries if e.sandbox_id is not None and service_key(e.base_url) == key
     }
 
 

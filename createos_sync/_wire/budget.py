@@ -80,6 +80,7 @@ _TRAILER = struct.Struct("<I")  # CRC-32 of everything before it
 _RING = SLOTS + 1
 _SIZE = _HEADER.size + _RING * (8 + 4) + _TRAILER.size
 
+
 class _Local:
     """This process's side of one record: the thread lock, and what it knows of a stall."""
 
@@ -157,9 +158,7 @@ class BudgetRecord:
         self.patience = patience
         self._key = str(path)
 
-    def take(
-        self, limit: int, clock: Callable[[], float], *, bound: float | None = None
-    ) -> float:
+    def take(self, limit: int, clock: Callable[[], float], *, bound: float | None = None) -> float:
         """Count one send now if fewer than ``limit`` are in the window: 0.0; else the wait.
 
         ``bound``: the longest this call may wait for the lock (the caller's

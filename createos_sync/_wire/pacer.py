@@ -152,8 +152,7 @@ class MachinePacer(Pacer):
                 )
         except OSError as exc:
             log.warning(
-                "the machine's request budget cannot be kept in %s (%s): "
-                "pacing this process alone",
+                "the machine's request budget cannot be kept in %s (%s): pacing this process alone",
                 self.record.path.parent,
                 exc,
             )
@@ -180,9 +179,7 @@ def shared_pacer(base_url: str, limit: int, scope: RateScope = "machine") -> Pac
             if path is None:
                 pacer = Pacer(limit, service=base_url)
             else:
-                pacer = MachinePacer(
-                    limit, BudgetRecord(path, WINDOW_SECONDS), service=base_url
-                )
+                pacer = MachinePacer(limit, BudgetRecord(path, WINDOW_SECONDS), service=base_url)
             _shared[key] = pacer
         first = directory is not None and directory not in _pruned
         if directory is not None:

@@ -279,9 +279,7 @@ class _FanOut:
     ) -> cf.Future[Any]:
         if self._local is not None:
             return executor.submit(self._local.run, index, item)
-        return executor.submit(
-            _map_items.remote_item, self._client.config, options, self._fn, item
-        )
+        return executor.submit(_map_items.remote_item, self._client.config, options, self._fn, item)
 
     def _collect(
         self, pending: dict[cf.Future[Any], int], progress: Progress, timeout: float | None

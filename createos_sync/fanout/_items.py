@@ -108,7 +108,6 @@ class LocalItems:
             if not lease.closed:
                 lease._destroy_now()
 
-
     def _idle(self) -> list[Lease]:
         return self._pool.drain() if self._pool is not None else []
 

@@ -126,9 +126,7 @@ def set_auto_pause(box: Box, seconds: int | None, deadline: Deadline) -> Sandbox
 
 def probe_script(port: int, seconds: int) -> str:
     """The bash loop: try a connection every PROBE_INTERVAL until one succeeds or time is up."""
-    loop = (
-        f"until (: > /dev/tcp/{PROBE_HOST}/{port}) 2>/dev/null; do sleep {PROBE_INTERVAL}; done"
-    )
+    loop = f"until (: > /dev/tcp/{PROBE_HOST}/{port}) 2>/dev/null; do sleep {PROBE_INTERVAL}; done"
     return f"timeout {seconds} bash -c '{loop}'"
 
 

@@ -109,7 +109,7 @@ def test_operation_names_are_the_published_ones() -> None:
         ({"operation": "process.delete", "kill": False}, "kill=False needs tree_exited_false"),
         ({"operation": "healthz", "status": 503, "times": 0}, "times must be a positive integer"),
         ({"operation": "healthz", "delay": -1}, "delay must be a finite number >= 0"),
-        (# 503: not processed
+        (  # 503: not processed
             {"operation": "sandbox.create", "status": 503, "perform": True},
             "429 and 503 mean the request was not processed",
         ),

@@ -123,8 +123,11 @@ def test_a_symlink_in_a_disk_never_mounts_the_host(mode_api: Api) -> None:
     first = mode_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": "/mnt/d"}])
     shell(mode_api, first, "ln -s /etc /mnt/d/escape")
     second = mode_api.sandbox()
-    attach = mode_api.call("POST", f"/v1/sandboxes/{second}/disks",
-                           json={"disk_id": disk_id, "mount_path": "/x", "sub_path": "escape"})
+    attach = mode_api.call(
+        "POST",
+        f"/v1/sandboxes/{second}/disks",
+        json={"disk_id": disk_id, "mount_path": "/x", "sub_path": "escape"},
+    )
     assert attach.status_code == 400 and "symlink" in attach.text
 
 

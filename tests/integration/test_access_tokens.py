@@ -48,8 +48,11 @@ def test_rotate_invalidates_the_old_token_and_disable_the_new_one(
         new = box.rotate_access_token()
         assert new != old
         info = box.access_token_info()
-        assert info.enabled and info.rotated_at is not None and info.hint and new.endswith(
-            info.hint[-4:]
+        assert (
+            info.enabled
+            and info.rotated_at is not None
+            and info.hint
+            and new.endswith(info.hint[-4:])
         )
         with Client(api_key=old, base_url=emulator.url, requests_per_minute=FAST) as stale:
             with pytest.raises(

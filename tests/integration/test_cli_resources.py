@@ -8,9 +8,7 @@ from createos_sync.emulator import Emulator
 from .subprocesses import CLI, run_all
 
 
-def test_run_with_a_disk_keeps_a_cache_between_runs(
-    env: dict[str, str], client: Client
-) -> None:
+def test_run_with_a_disk_keeps_a_cache_between_runs(env: dict[str, str], client: Client) -> None:
     disk = client.create_disk("cli-cache", bucket="cli", endpoint="https://s3.example.com",
                               access_key="AK", secret_key="SK")  # fmt: skip
     try:

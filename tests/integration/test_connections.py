@@ -43,9 +43,7 @@ def test_runs_open_no_connection_in_steady_state(server: Emulator, warm: Client)
         assert server.connections_accepted == before
 
 
-def test_every_operation_reuses_connections(
-    server: Emulator, warm: Client, tmp_path: Path
-) -> None:
+def test_every_operation_reuses_connections(server: Emulator, warm: Client, tmp_path: Path) -> None:
     blob = bytes(range(256)) * 4096  # 1 MiB
     (tmp_path / "up.bin").write_bytes(blob)
     operations = {

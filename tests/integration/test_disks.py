@@ -78,9 +78,7 @@ def test_a_detach_that_fails_at_close_is_reported_and_the_sandbox_still_destroye
     assert box.id not in emulator.live_sandboxes()
 
 
-def test_disk_arguments_are_checked_before_any_request(
-    client: Client, emulator: Emulator
-) -> None:
+def test_disk_arguments_are_checked_before_any_request(client: Client, emulator: Emulator) -> None:
     emulator.clear_request_log()
     with pytest.raises(ValueError, match="disk name"):
         client.create_disk("Bad_Name", bucket="b", endpoint="https://s3", access_key="a",

@@ -113,9 +113,7 @@ def test_commands_see_the_sandbox_paths_the_files_api_uses(
     box.run("mkdir -p /workspace/app && echo made > /workspace/app/out.txt", check=True)
     assert box.read_file("/workspace/app/out.txt") == b"made\n"
     assert box.run("pwd; cat out.txt", cwd="/workspace/app").stdout.endswith("/app\nmade\n")
-    assert box.run("echo $OUT", env={"OUT": "/workspace/x"}).stdout.strip().endswith(
-        "/workspace/x"
-    )
+    assert box.run("echo $OUT", env={"OUT": "/workspace/x"}).stdout.strip().endswith("/workspace/x")
     box.run("echo t > /tmp/t.txt && echo h > /home/user/h.txt", check=True)
     assert box.read_file("/tmp/t.txt") == b"t\n" and box.read_file("/home/user/h.txt") == b"h\n"
     assert box.run("cat in.txt", stdin="unused").stdout == "from the files api\n"
@@ -135,7 +133,6 @@ def test_a_plain_command_reports_its_exact_status(box: Lease) -> None:
     killed = box.run("kill -KILL $$")
     assert (killed.exit_code, killed.signal) == (None, "SIGKILL")
     assert box.run("exit 137").exit_code == 137  # told apart from a SIGKILL
-
 
 
 # Run by the terminal's session leader (bash): the terminal is its controlling tty, this
@@ -171,7 +168,6 @@ def test_a_terminal_command_leads_its_session_under_the_subreaper(
     assert helper[7].isdigit() and "-c" not in helper[:8]  # then the command, no source code
     process.terminate()
     assert sleepers(seconds) == []  # it left the session, not the subreaper's tree
-
 
 
 def _sleeping_leader(plain: Emulator, process_id: str) -> int | None:

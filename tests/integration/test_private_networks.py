@@ -31,9 +31,7 @@ def new_network(client: Client, name: str) -> cs.Network:
         raise
 
 
-def test_two_sandboxes_exchange_data_over_their_network(
-    client: Client, emulator: Emulator
-) -> None:
+def test_two_sandboxes_exchange_data_over_their_network(client: Client, emulator: Emulator) -> None:
     net = new_network(client, "app-db")
     try:
         with client.lease(networks=[net]) as db, client.lease() as app:

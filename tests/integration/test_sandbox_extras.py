@@ -13,9 +13,7 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHJlYWRlcnMgb2YgdGhlIHRlc3Q user@lapt
 KEY2 = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 ci"
 
 
-def test_grow_disk_ssh_keys_bandwidth_and_lookup_by_ip(
-    client: Client, emulator: Emulator
-) -> None:
+def test_grow_disk_ssh_keys_bandwidth_and_lookup_by_ip(client: Client, emulator: Emulator) -> None:
     with client.lease(ssh_keys=[KEY]) as box:
         emulator.clear_request_log()
         size = box.info().disk_mib or 0

@@ -54,5 +54,3 @@ class Ledger:
 
 
 LEDGER = Ledger()
-
-

@@ -45,9 +45,7 @@ def _client(emu: Emulator, timeout: float = 30.0, cleanup_timeout: float = 60.0)
     )
 
 
-def test_a_trickling_stream_does_not_outlive_the_run_timeout(
-    emu: Emulator, ledger: Ledger
-) -> None:
+def test_a_trickling_stream_does_not_outlive_the_run_timeout(emu: Emulator, ledger: Ledger) -> None:
     with _client(emu) as client, client.lease() as box:
         emu.faults.add(Fault("process.connect", trickle=TRICKLE))
         started = time.monotonic()

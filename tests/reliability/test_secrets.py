@@ -269,7 +269,7 @@ def test_a_4xx_echoing_the_callers_env_values_shows_none_of_them(
     echo = {
         "status": "fail",
         "data": {"envs": {"API_TOKEN": ENV_SECRET}},
-        "message": f"envs.API_TOKEN={ENV_SECRET} refused (\"{ENV_SECRET}\", key {KEY})",
+        "message": f'envs.API_TOKEN={ENV_SECRET} refused ("{ENV_SECRET}", key {KEY})',
     }
     with (
         responses.RequestsMock() as mock,

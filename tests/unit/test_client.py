@@ -73,9 +73,7 @@ def test_request_errors_are_secret_safe(client: Client, service: Service) -> Non
     service.add("PUT", "/ssh-keys/k-1", 422, body=json.dumps(echo).encode())
     with pytest.raises(cs.CreateosApiError) as caught:
         client.request("PUT", "/ssh-keys/k-1", json={"key": "s3cr3t-v4lue"})
-    assert str(caught.value) == (
-        "HTTP 422 during API request: bad value [redacted] for [redacted]"
-    )
+    assert str(caught.value) == ("HTTP 422 during API request: bad value [redacted] for [redacted]")
 
 
 @pytest.mark.parametrize(
@@ -118,22 +116,26 @@ def test_a_path_that_is_not_a_relative_api_path_is_refused_before_any_request(
         ((1, "/x"), {}, TypeError, "method must be a str such as 'GET'"),
         (("GET", b"/x"), {}, TypeError, "path must be a str such as '/whoami'"),
         (
-            ("POST", "/x"), {"json": {"a": object()}},
+            ("POST", "/x"),
+            {"json": {"a": object()}},
             TypeError,
             r"json must be JSON-serialisable \(TypeError\)",
         ),
         (
-            ("POST", "/x"), {"json": {"a": float("nan")}},
+            ("POST", "/x"),
+            {"json": {"a": float("nan")}},
             TypeError,
             r"json must be JSON-serialisable \(ValueError\)",
         ),
         (
-            ("GET", "/x"), {"params": {"a": None}},
+            ("GET", "/x"),
+            {"params": {"a": None}},
             TypeError,
             r"params\['a'\] must be a str, int, finite float or bool",
         ),
         (
-            ("GET", "/x"), {"params": [("a", "b")]},
+            ("GET", "/x"),
+            {"params": [("a", "b")]},
             TypeError,
             "params must be a mapping of names to str",
         ),

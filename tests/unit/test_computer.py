@@ -184,9 +184,7 @@ def test_screens_and_another_screen(box: cs.Lease, service: Service) -> None:
 # --- screenshots -----------------------------------------------------------------
 
 
-def test_screenshot_is_a_png_with_its_size(
-    box: cs.Lease, service: Service, tmp_path: Path
-) -> None:
+def test_screenshot_is_a_png_with_its_size(box: cs.Lease, service: Service, tmp_path: Path) -> None:
     image = png(4, 3)
     service.add("GET", C + "/screenshot", body=image, content_type="image/png")
     shot = box.computer.screenshot()

@@ -299,9 +299,7 @@ def test_retry_after_as_a_future_http_date() -> None:
 
 
 @pytest.mark.parametrize("kind", ["fail", "error"])
-def test_a_4xx_shows_the_services_own_message(
-    client: Client, service: Service, kind: str
-) -> None:
+def test_a_4xx_shows_the_services_own_message(client: Client, service: Service, kind: str) -> None:
     body = {"status": kind, "message": "unknown shape", "code": 400}
     if kind == "fail":
         body["data"] = None
@@ -346,7 +344,7 @@ def test_the_server_message_is_scrubbed_of_the_key_and_of_every_value_sent(
     echo = {
         "status": "fail",
         "data": None,
-        "message": f"env TOKEN={secret} rejected for key {KEY} (\"{secret}\") ?after=0 \x1b[31m!",
+        "message": f'env TOKEN={secret} rejected for key {KEY} ("{secret}") ?after=0 \x1b[31m!',
     }
     service.add("POST", "/sandboxes", 400, body=json.dumps(echo).encode())
     with pytest.raises(cs.CreateosApiError) as caught:

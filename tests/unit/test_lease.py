@@ -430,9 +430,12 @@ def test_journal_keeps_a_sandbox_whose_destroy_failed(client: Client, service: S
     service.open_running()
     for _ in range(4):
         service.destroy_sandbox(http=503)
-    with pytest.raises(
-        cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
-    ), client.lease():
+    with (
+        pytest.raises(
+            cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
+        ),
+        client.lease(),
+    ):
         pass
     assert [e.sandbox_id for e in Journal().entries()] == [SANDBOX]
 
@@ -606,6 +609,8 @@ def test_close_during_open_wins(client: Client, service: Service) -> None:
     assert Journal().entries() == []
     with pytest.raises(cs.LeaseClosed, match="this lease is closed"):
         box.run("true")
+
+
 def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
     client: Client, service: Service
 ) -> None:
@@ -616,12 +621,17 @@ def test_journal_false_writes_no_entry_even_when_the_destroy_fails(
     service.open_running()
     for _ in range(4):
         service.destroy_sandbox(http=503)
-    with pytest.raises(
-        cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
-    ), client.lease(journal=False):
+    with (
+        pytest.raises(
+            cs.CreateosCleanupError, match="could not be destroyed: it may still be running"
+        ),
+        client.lease(journal=False),
+    ):
         assert journal.entries() == []
     assert journal.entries() == []
     assert not journal.path.exists()  # not even an empty journal file was written
+
+
 @pytest.mark.parametrize("status", ["failed", "error", "destroying", "destroyed"])
 def test_a_waiting_open_stops_at_a_state_that_will_not_serve(
     client: Client, service: Service, sleeps: list[float], status: str

@@ -15,9 +15,10 @@ from createos_sync.emulator._service.streams import data_line
 
 
 def canonical(seq: int, stream: str, payload: bytes) -> bytes:
-    return (
-        b'{"type":"data","seq":%d,"stream":"%s","data_base64":"%s"}'
-        % (seq, stream.encode(), base64.b64encode(payload))
+    return b'{"type":"data","seq":%d,"stream":"%s","data_base64":"%s"}' % (
+        seq,
+        stream.encode(),
+        base64.b64encode(payload),
     )
 
 

@@ -69,9 +69,7 @@ def test_egress_answer_that_is_not_a_list_is_a_protocol_error(
         box.egress()
 
 
-def test_set_egress_sends_the_rules_and_returns_the_answer(
-    box: cs.Lease, service: Service
-) -> None:
+def test_set_egress_sends_the_rules_and_returns_the_answer(box: cs.Lease, service: Service) -> None:
     service.add("PUT", EGRESS, body={"egress": ["pypi.org"]})
     assert box.set_egress(("pypi.org",)) == ["pypi.org"]
     assert sent(service, "PUT", "/egress") == [{"egress": ["pypi.org"]}]

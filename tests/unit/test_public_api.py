@@ -14,9 +14,7 @@ def test_all_is_sorted_and_complete() -> None:
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
     modules |= {"checks", "fanout", "journal", "process", "pytest_plugin", "result", "standalone"}
     modules |= {"computer", "interpreter"}
-    assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(
-        cs.__all__
-    )
+    assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(cs.__all__)
     for name in cs.__all__:
         assert hasattr(cs, name)
     # dir() shows __all__, dunders and submodules only: not the helpers imported for the

@@ -113,9 +113,7 @@ def test_disk_keys_are_never_shown(client: Client, service: Service) -> None:
     assert "TOP" not in str(bad.value)
 
 
-def test_a_token_is_masked_and_a_malformed_one_never_shown(
-    box: cs.Lease, service: Service
-) -> None:
+def test_a_token_is_masked_and_a_malformed_one_never_shown(box: cs.Lease, service: Service) -> None:
     service.add("POST", f"{SB}/access-token", 201, TOKEN)
     token = box.create_access_token()
     assert token == TOKEN["token"] and "SECRET" not in repr(token)

@@ -37,9 +37,7 @@ def list_networks(t: Transport, deadline: Deadline) -> Iterator[dict[str, Any]]:
 
 
 def get_network(t: Transport, network_id: str, deadline: Deadline) -> dict[str, Any]:
-    reply = t.call(
-        "GET", _network(network_id), operation=OP, repeat=Repeat.SAFE, deadline=deadline
-    )
+    reply = t.call("GET", _network(network_id), operation=OP, repeat=Repeat.SAFE, deadline=deadline)
     return _object(reply.data, OP)
 
 

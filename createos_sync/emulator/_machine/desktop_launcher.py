@@ -58,9 +58,10 @@ def keep_groups() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     fprog = Program(len(program), ctypes.addressof(code))
     # no_new_privs (bubblewrap has set it already) lets an unprivileged process add a filter.
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
-        PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0
-    ) != 0:
+    if (
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        or libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0
+    ):
         errno = ctypes.get_errno()
         print(f"setgroups stays refused: {os.strerror(errno)}", file=sys.stderr)
 

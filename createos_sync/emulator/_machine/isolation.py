@@ -440,8 +440,10 @@ def choose(mode: str) -> Isolation:
                     log.info("bubblewrap cannot join a user namespace with users here: "
                              "sandboxed root cannot add users nor become one")  # fmt: skip
                 if os.geteuid() == 0 and not (bwrap._userns or bwrap.has_users):
-                    log.info("bubblewrap cannot make user namespaces here: sandboxed root "
-                             "keeps the host's uid 0, without any capability")
+                    log.info(
+                        "bubblewrap cannot make user namespaces here: sandboxed root "
+                        "keeps the host's uid 0, without any capability"
+                    )
                 if not bwrap.reports_wait_status:
                     log.info(
                         "bubblewrap runs without the status reporter: "

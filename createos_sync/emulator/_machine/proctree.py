@@ -59,6 +59,7 @@ def is_alive(pid: int, start_time: int) -> bool:
     stat = read_stat(pid)
     return _running(stat) and stat is not None and stat.start_time == start_time
 
+
 # How long a signal waits for a new namespace's init to fork its command.
 FORK_WAIT = 2.0
 

@@ -219,9 +219,9 @@ class _Exchange:
             response = conn.getresponse()
         except (OSError, http.client.HTTPException, ValueError):
             conn.close()
-            return Refused(
-                502, f"the server on port {self.listener.port} did not answer"
-            ).answer(start_response)
+            return Refused(502, f"the server on port {self.listener.port} did not answer").answer(
+                start_response
+            )
         headers = []
         # The emulator's server writes its own Date and Server: two of each would be invalid.
         dropped = HOP_BY_HOP | {"date", "server"} | _tokens(response.getheader("Connection"))
@@ -311,9 +311,9 @@ class _Exchange:
         except OSError:
             upstream = None
         if client is None or upstream is None:
-            return Refused(
-                502, f"the server on port {self.listener.port} did not answer"
-            ).answer(start_response)
+            return Refused(502, f"the server on port {self.listener.port} did not answer").answer(
+                start_response
+            )
         lines = [f"{self.environ['REQUEST_METHOD']} {self.target} HTTP/1.1"]
         lines += [f"{name}: {value}" for name, value in self._headers(upgrade=True)]
         with _active(self.sandbox), upstream:

@@ -65,7 +65,7 @@ def check(mode: str, host: str) -> None:
 
 
 def choose(mode: str, host: str) -> str:
-    """"host" or "path" for ``mode`` on an emulator listening at ``host``."""
+    """ "host" or "path" for ``mode`` on an emulator listening at ``host``."""
     if mode != "auto":
         return mode
     if host in HOST_FORM_ADDRESSES and resolves_localhost_names():

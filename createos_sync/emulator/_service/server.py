@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import secrets
 import shutil
@@ -14,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..._wire.pacer import forget as forget_budget
+from ...config import is_loopback
 from .._machine.isolation import choose
 from .._machine.janitor import Janitor
 from .._machine.layers import remove_tree
@@ -43,13 +43,7 @@ MAX_FRAME_BYTES = 768 * 1024
 
 
 def _check_loopback(host: str) -> None:
-    if host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback(host):  # the package's one loopback rule
         raise ValueError(f"the emulator only listens on loopback addresses, not {host!r}")
 
 

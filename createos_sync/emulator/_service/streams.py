@@ -33,9 +33,7 @@ def data_line(frame: Frame) -> bytes:
 
 
 def expired_line(expired: Expired) -> bytes:
-    return _line(
-        {"type": "error", "error": EXPIRED, "oldest_available_seq": expired.oldest_seq}
-    )
+    return _line({"type": "error", "error": EXPIRED, "oldest_available_seq": expired.oldest_seq})
 
 
 def exit_line(end: End) -> bytes:

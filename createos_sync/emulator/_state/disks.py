@@ -157,8 +157,10 @@ class DiskStore:
             text(body, "mount_path", default=""), own, SYSTEM_DIRS,
             namespaced=self._isolation.namespaced,
         )  # fmt: skip
-        if self._isolation.namespaced and self._isolation.overlays is None and any(
-            path == d or path.startswith(d + "/") for d in SYSTEM_DIRS
+        if (
+            self._isolation.namespaced
+            and self._isolation.overlays is None
+            and any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
         ):  # bubblewrap cannot make a mount point in a read-only system directory
             raise ApiError(400, "this emulator shows system directories read-only (no "
                            "overlayfs): mount the disk elsewhere, such as under /mnt")  # fmt: skip

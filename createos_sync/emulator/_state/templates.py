@@ -24,6 +24,7 @@ from .._wire import ApiError, timestamp
 if TYPE_CHECKING:
     from .sandboxes import SandboxStore
 
+
 class Builder(Protocol):
     """What runs one template's build (``builder.Build``; given by the server, so that this
     module, which the builder reads, never imports it back)."""
@@ -35,6 +36,7 @@ class Builder(Protocol):
 
 class Runnable(Protocol):
     def run(self) -> None: ...
+
 
 MAX_DOCKERFILE = 256 * 1024
 MAX_LINE = 8192
