@@ -87,11 +87,14 @@ names = set(zipfile.ZipFile(wheel).namelist())
 problems = []
 dist_info = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
 tops = {n.split("/")[0] for n in names} - dist_info
-if tops != {"createos_sync"} or len(dist_info) != 1:
-    problems.append(f"top level is {sorted(tops | dist_info)}, not createos_sync and its dist-info")
-source = {str(p.relative_to(src)) for p in (src / "createos_sync").rglob("*")
+# createos_sync_pytest: the pytest11 entry point, a package of its own so that loading
+# the plugin imports pytest alone, not createos_sync (which imports the whole SDK).
+packages = {"createos_sync", "createos_sync_pytest"}
+if tops != packages or len(dist_info) != 1:
+    problems.append(f"top level is {sorted(tops | dist_info)}, not {sorted(packages)} and a dist-info")
+source = {str(p.relative_to(src)) for top in packages for p in (src / top).rglob("*")
           if p.is_file() and "__pycache__" not in p.parts}
-package = {n for n in names if n.startswith("createos_sync/")}
+package = {n for n in names if n.split("/")[0] in packages}
 if "createos_sync/py.typed" not in package:
     problems.append("no createos_sync/py.typed: type checkers would ignore the annotations")
 if source - package:
@@ -104,7 +107,7 @@ if tests:
     problems.append(f"tests in the wheel: {tests}")
 (info,) = dist_info
 entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
-for line in ("createos = createos_sync.pytest_plugin", "createos-sync = createos_sync.cli:main"):
+for line in ("createos = createos_sync_pytest", "createos-sync = createos_sync.cli:main"):
     if line not in entry_points:
         problems.append(f"entry point missing: {line}")
 if problems:
