@@ -128,10 +128,13 @@ for req in Parser().parsestr(zf.read(meta).decode()).get_all("Requires-Dist") or
     spec, _, marker = req.partition(";")
     if marker and "extra ==" in marker and "'emulator'" not in marker and '"emulator"' not in marker:
         continue
-    m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*\(?\s*>=\s*([0-9][^,\s)]*)\s*\)?\s*", spec)
-    if not m:
+    # A floor (>=X), and at most an upper bound beside it (<Y: urllib3's, see pyproject).
+    m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*\(?([^)]*)\)?\s*", spec)
+    clauses = [c.strip() for c in m[2].split(",")] if m else []
+    floors = [c[2:].strip() for c in clauses if c.startswith(">=")]
+    if len(floors) != 1 or not all(c.startswith((">=", "<")) for c in clauses):
         sys.exit(f"no plain floor (>=X) to pin in {req!r}")
-    print(f"{m[1]}=={m[2]}")
+    print(f"{m[1]}=={floors[0]}")
 EOF
 
 # Made without pip (nor the setuptools an old ensurepip adds, which could hide a missing
