@@ -54,6 +54,7 @@ TOOLS = {
 AGENT = Path(__file__).with_name("desktop_agent.py")
 LAUNCHER = Path(__file__).with_name("desktop_launcher.py")  # how the agent starts applications
 IMAGE = Path(__file__).with_name("desktop_image.py")  # how the agent encodes screenshots
+DISPLAY = Path(__file__).with_name("desktop_display.py")  # how the agent starts Xvfb
 KIND = "desktop"  # a process kind the processes API never lists
 
 

@@ -10,7 +10,8 @@ does to its display reaches only the sandbox; the clipboard's owner (xclip,
 in the background) lives as long as this process.
 Applications start through the launcher (``desktop_launcher``, its source
 the third argument); screenshots are encoded by ``desktop_image`` (its source
-the fourth: ``-c`` runs one file, so the agent's other modules come as text).
+the fourth), displays started by ``desktop_display`` (the fifth): ``-c`` runs one
+file, so the agent's other modules come as text.
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ from typing import Any
 
 Request = dict[str, Any]
 IMAGE = types.ModuleType("desktop_image")  # its source is the fourth argument
+DISPLAY = types.ModuleType("desktop_display")  # its source is the fifth
 
 DEFAULT_SIZE = (1024, 768)
 START_TIMEOUT = 10.0
-MAX_DISPLAYS = 200
-X_DIR = "/" + "tmp"  # spelled so: plain mode rewrites sandbox paths in a command's words
 TOOL_TIMEOUT = 20.0
 STOP_GRACE = 2.0
 SETTLE = 2.0  # how long a window change is waited for
@@ -72,7 +72,10 @@ class Screen:
         self.height = height
         self.fbdir = tempfile.mkdtemp(prefix="createos-desktop-")
         self.apps: list[subprocess.Popen[bytes]] = []
-        self.server, self.display = _start_server(width, height, self.fbdir)
+        try:
+            self.server, self.display = DISPLAY.start_server(width, height, self.fbdir)
+        except OSError as exc:
+            raise Refused(500, str(exc)) from None
         self.env = {**os.environ, "DISPLAY": self.display}
         self.wm = self.spawn(["openbox"])
         self._wait_for_wm()
@@ -133,54 +136,6 @@ class Screen:
                 process.kill()
                 process.wait()
         shutil.rmtree(self.fbdir, ignore_errors=True)
-
-
-def _start_server(width: int, height: int, fbdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    """An Xvfb on the first free display number (a killed server's lock is taken over),
-    on its socket file only: no abstract socket (the host's network may be shared), no TCP."""
-    for number in range(MAX_DISPLAYS):
-        if _alive(_lock_pid(number)):
-            continue  # another display's (a race for it is decided by Xvfb's lock)
-        argv = ["Xvfb", f":{number}", "-screen", "0", f"{width}x{height}x24", "-fbdir", fbdir]
-        argv += ["-nolisten", "tcp", "-nolisten", "local", "-nocursor", "-noreset"]
-        server = subprocess.Popen(argv, **QUIET)
-        deadline = time.monotonic() + START_TIMEOUT
-        while server.poll() is None and time.monotonic() < deadline:
-            # Ours only once it holds the lock: until then, another server may answer there.
-            if _lock_pid(number) == server.pid and _answers(f":{number}"):
-                return server, f":{number}"
-            time.sleep(0.02)
-        if server.poll() is None:  # neither up nor refused in time: give up
-            server.kill()
-            server.wait()
-            break
-    raise Refused(500, "the virtual display (Xvfb) did not start")
-
-
-def _lock_pid(number: int) -> int | None:
-    try:
-        with open(f"{X_DIR}/.X{number}-lock", encoding="ascii") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int | None) -> bool:
-    try:
-        if pid is not None:
-            os.kill(pid, 0)
-        return pid is not None
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's
-
-
-def _answers(display: str) -> bool:
-    """Whether the X server accepts clients (its socket exists a moment before it does)."""
-    env = {**os.environ, "DISPLAY": display}
-    probe = ["xdotool", "getdisplaygeometry"]
-    return subprocess.run(probe, env=env, capture_output=True).returncode == 0
 
 
 # -- the desktop: its screens and the operations on them ---------------------------
@@ -481,6 +436,7 @@ def main() -> None:
     width, height = (int(v) for v in sys.argv[1:3])
     Desktop.launcher = sys.argv[3]
     exec(compile(sys.argv[4], "desktop_image.py", "exec"), IMAGE.__dict__)
+    exec(compile(sys.argv[5], "desktop_display.py", "exec"), DISPLAY.__dict__)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         desktop = Desktop(width, height)

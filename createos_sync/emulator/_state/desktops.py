@@ -16,6 +16,7 @@ from .._machine.desktop import (
     AGENT,
     ANSWER_TIMEOUT,
     DEFAULT_SIZE,
+    DISPLAY,
     IMAGE,
     KIND,
     LAUNCHER,
@@ -39,6 +40,7 @@ class Desktops:
         self._source = AGENT.read_text(encoding="utf-8")
         self._launcher = LAUNCHER.read_text(encoding="utf-8")
         self._image = IMAGE.read_text(encoding="utf-8")
+        self._display = DISPLAY.read_text(encoding="utf-8")
 
     def ask(
         self, sandbox_id: str, request: dict[str, Any], *, timeout: float = ANSWER_TIMEOUT
@@ -68,7 +70,7 @@ class Desktops:
         require_tools()
         width, height = DEFAULT_SIZE
         argv = ["-I", "-S", "-c", self._source, str(width), str(height), self._launcher]
-        argv.append(self._image)
+        argv += [self._image, self._display]
         command = Command("python3", argv, "/workspace", {})
         process = self._store.new_process(KIND, command)
         desktop = Desktop(process)
