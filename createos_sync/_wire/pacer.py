@@ -197,7 +197,7 @@ def forget(base_url: str) -> None:
 
     For a service that is gone for good: a local emulator when it closes
     (its port, hence its URL, is never the same twice). A client still using
-    it keeps pacing; its next send starts a fresh record.
+    it keeps pacing; its next send starts a fresh record. No request.
     """
     with contextlib.suppress(ConfigError):  # (no client could use one it refuses)
         base_url = normalize_base_url(base_url)  # as the clients' configuration keys it

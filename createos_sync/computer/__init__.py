@@ -49,22 +49,31 @@ ScreenRef = Screen | str
 class Computer:
     """The desktop of one sandbox, on one of its screens (``screen-0`` unless ``on()``)."""
 
-    def __init__(
-        self,
-        box: Callable[[], Box],
-        deadline: Callable[[], Deadline],
-        screen: str | None = None,
-    ) -> None:
-        self._box = box
-        self._deadline = deadline
-        self._screen = screen
+    _box: Callable[[], Box]  # the lease's usable box: it checks the lease is open
+    _deadline: Callable[[], Deadline]
+    _screen: str | None
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "Computer has no public constructor: Lease.computer is the desktop of a lease's sandbox"
+        )
+
+    @classmethod
+    def _create(
+        cls, box: Callable[[], Box], deadline: Callable[[], Deadline], screen: str | None = None
+    ) -> Computer:
+        """The desktop of the sandbox ``box()`` gives, with ``deadline()`` for each
+        request; no request."""
+        computer = cls.__new__(cls)
+        computer._box, computer._deadline, computer._screen = box, deadline, screen
+        return computer
 
     def __repr__(self) -> str:
         return f"<Computer screen={self._screen or 'screen-0'}>"
 
     def on(self, screen: ScreenRef) -> Computer:
         """The same desktop on another ``screen`` (see ``screens()``); no request."""
-        return Computer(self._box, self._deadline, check.screen_id(screen))
+        return Computer._create(self._box, self._deadline, check.screen_id(screen))
 
     # -- seeing -----------------------------------------------------------
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from .. import process as _process
+from .._commands import processes as _processes
 from .._commands.command import Command
 from .._commands.output import TailBuffer
 from .._sandboxes.box import Box
@@ -54,7 +54,7 @@ class _Kernel:
         self.reader = _frames.FrameReader()
         self.stderr = ""
         self.broken = False
-        self.process: _process.Process[str] | None = None
+        self.process: _processes.Process[str] | None = None
 
     def received(self, stream: str, text: str) -> None:
         """The output stream's text (from the following thread): frames to the queue."""
@@ -190,7 +190,7 @@ class CodeContext:
             self._stop(self._kernel)
             self._kernel = None
         kernel = _Kernel()
-        kernel.process = _process.start(
+        kernel.process = _processes.start(
             self._usable_box(),
             self._command,
             stdin=None,

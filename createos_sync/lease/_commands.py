@@ -1,7 +1,7 @@
 """The lease's commands: ``run`` to completion, ``start`` in the background, reattach.
 
-The engines are ``createos_sync._commands.execution`` (run to the end) and ``createos_sync.process``
-(background processes); these methods validate arguments
+The engines are ``createos_sync._commands.execution`` (run to the end) and
+``createos_sync._commands.processes`` (background processes); these methods validate arguments
 (before any request) and hand over.
 """
 
@@ -13,6 +13,7 @@ from typing import Any, Literal, overload
 from .. import _files as files
 from .. import process
 from .._commands import execution as _execution
+from .._commands import processes as _processes
 from .._commands import session as _session
 from .._commands.command import Command
 from .._commands.output import Output
@@ -234,7 +235,7 @@ class CommandMethods(LeaseCore):
         _execution.validate_stdin(stdin)
         _check_output_options(max_output, on_output, text)
         size, command = _terminal_options(pty, stdin, command)
-        return process.start(
+        return _processes.start(
             self._usable_box(),
             command,
             stdin=stdin,
@@ -286,7 +287,7 @@ class CommandMethods(LeaseCore):
         if not isinstance(process_id, str) or not process_id:
             raise ValueError("process_id must be a non-empty str")
         _check_output_options(max_output, on_output, text)
-        return process.reattach(
+        return _processes.reattach(
             self._usable_box(),
             process_id,
             max_output=max_output,

@@ -14,4 +14,4 @@ class ComputerMethods(LeaseCore):
         """The sandbox's desktop (a desktop image such as ``desktop:1``): screenshots, mouse,
         keyboard, clipboard, windows and screens. No request until a method is called;
         each method checks the lease is open (and its sandbox running) first."""
-        return Computer(self._usable_box, self._op_deadline)
+        return Computer._create(self._usable_box, self._op_deadline)

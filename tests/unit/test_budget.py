@@ -16,11 +16,11 @@ import responses
 
 from createos_sync import Client, OperationTimeout
 from createos_sync._wire import budget as _budget
-from createos_sync._wire import pacer as _pacer
 from createos_sync._wire.budget import SLOTS, BudgetRecord, RecordBusy, _LockedFile, record_path
 from createos_sync._wire.deadline import Deadline
 from createos_sync._wire.http import Transport
 from createos_sync._wire.pacer import MachinePacer, Pacer, shared_pacer
+from createos_sync.budget import forget
 from createos_sync.config import Config
 
 from .test_pacer import FakeTime
@@ -411,6 +411,6 @@ def test_a_new_state_directory_is_pruned_once_and_forget_removes_a_record(
     assert isinstance(pacer, MachinePacer)
     pacer.acquire()
     assert pacer.record.path.exists()
-    _pacer.forget("http://127.0.0.1:2")
+    forget("http://127.0.0.1:2")
     assert not pacer.record.path.exists()
     assert shared_pacer("http://127.0.0.1:2", 300) is not pacer

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from createos_sync import process
+from createos_sync._commands import processes
 from createos_sync._commands.command import Command
 from createos_sync.errors import ProtocolError
 from createos_sync.interpreter import _frames
@@ -73,7 +73,7 @@ def test_a_first_input_rides_only_a_gate_released_by_a_line(closed: dict[str, ob
     # (how the kernel and its first cell reach it: with the start gate's release)
     command = Command.parse(["python3"])
     with pytest.raises(ValueError, match="first_input needs an open stdin and no terminal"):
-        process.start(
+        processes.start(
             None,  # type: ignore[arg-type]  (refused before the box is used)
             command,
             max_output=0,

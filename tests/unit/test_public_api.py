@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import createos_sync as cs
 
 
@@ -13,7 +15,7 @@ def test_all_is_sorted_and_complete() -> None:
     public -= {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
     modules |= {"checks", "fanout", "journal", "process", "pytest_plugin", "result", "standalone"}
-    modules |= {"computer", "interpreter"}
+    modules |= {"budget", "computer", "interpreter"}
     assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(cs.__all__)
     for name in cs.__all__:
         assert hasattr(cs, name)
@@ -118,3 +120,11 @@ def test_errors_pickle_whole() -> None:
 def test_lease_closed_is_also_a_runtime_error() -> None:
     """docs/reference/errors.md: ``LeaseClosed (also RuntimeError)``."""
     assert issubclass(cs.LeaseClosed, RuntimeError) and issubclass(cs.LeaseClosed, cs.CreateosError)
+
+
+def test_a_process_and_a_desktop_come_from_a_lease() -> None:
+    """Their constructors would take the lease's private sandbox handle: they have none."""
+    with pytest.raises(TypeError, match=r"Lease\.start\(\) starts a process, Lease\.process"):
+        cs.Process("sb-1", "p-1")
+    with pytest.raises(TypeError, match=r"Lease\.computer is the desktop"):
+        cs.computer.Computer()

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..._wire.pacer import forget as forget_budget
+from ...budget import forget as forget_budget
 from ...config import is_loopback
 from .._machine.isolation import choose
 from .._machine.janitor import Janitor
