@@ -276,18 +276,6 @@ def _signature_types(path: Path, classes: set[str] | None) -> list[tuple[str, st
     return out
 
 
-# Constructed by the lease, never by a user, and in modules that issues 36 and 37 rewrite:
-# moving their Box-taking parts into a private room waits for those.
-TAKE_PRIVATE_TYPES_STILL = {
-    "createos_sync.computer: Computer.__init__ takes createos_sync._sandboxes.box.Box",
-    "createos_sync.computer: Computer.__init__ takes createos_sync._wire.deadline.Deadline",
-    "createos_sync.process: Process.__init__ takes createos_sync._sandboxes.box.Box",
-    "createos_sync.process: start takes createos_sync._sandboxes.box.Box",
-    "createos_sync.process: start takes createos_sync._commands.command.Command",
-    "createos_sync.process: reattach takes createos_sync._sandboxes.box.Box",
-}
-
-
 def test_public_modules_take_and_give_only_public_types() -> None:
     """A type in a public signature can be named by its user: it is reachable from a public
     module. (``Lease``'s methods live in its private mixins: they are checked too.)"""
@@ -327,16 +315,16 @@ def test_public_modules_take_and_give_only_public_types() -> None:
             thing = getattr(importlib.import_module(source), attribute)
             if not any(getattr(p, attribute, None) is thing for p in publics):
                 private_types.add(f"{module}: {where} takes {source}.{attribute}")
-    assert private_types <= TAKE_PRIVATE_TYPES_STILL, sorted(private_types)
+    assert private_types == set(), sorted(private_types)
     assert _signature_types(PACKAGE / "client.py", {"Client"})  # the scan sees signatures
 
 
 def test_docstrings_name_modules_that_exist() -> None:
     """``createos_sync.x.y`` written in the package names a module or one of its names
-    (logger names and the optional integrations aside)."""
+    (the optional integrations aside)."""
     import importlib
 
-    skip = ("createos_sync.budget", "createos_sync.integrations.")
+    skip = ("createos_sync.integrations.",)
     missing = set()
     for path in PACKAGE.rglob("*.py"):
         for dotted in re.findall(r"``(createos_sync(?:\.\w+)+)``", path.read_text()):
@@ -354,3 +342,143 @@ def test_docstrings_name_modules_that_exist() -> None:
             if thing is None:
                 missing.add(f"{_module_name(path)}: {dotted}")
     assert missing == set()
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+TESTS = ROOT / "tests"
+
+
+def _fixtures(source: str) -> list[str]:
+    """The names of the pytest fixtures ``source`` defines (``name=`` or the function's)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for decorator in node.decorator_list:
+            call = decorator if isinstance(decorator, ast.Call) else None
+            target = call.func if call is not None else decorator
+            if ast.unparse(target) not in ("pytest.fixture", "fixture"):
+                continue
+            named = [k.value for k in (call.keywords if call else []) if k.arg == "name"]
+            found.append(
+                named[0].value if named and isinstance(named[0], ast.Constant) else node.name
+            )
+    return found
+
+
+def _fixtures_by_tier(sources: dict[Path, str]) -> dict[str, dict[str, list[str]]]:
+    """tier (``unit``, ``integration``...) -> fixture name -> the files that define it.
+    A fixture of the top level (``tests/conftest.py``) is defined in every tier."""
+    tiers: dict[str, dict[str, list[str]]] = {}
+    top: list[tuple[str, str]] = []
+    for path, source in sources.items():
+        parts = path.relative_to(TESTS).parts
+        for name in _fixtures(source):
+            if len(parts) == 1:
+                top.append((name, str(path.relative_to(TESTS))))
+            else:
+                tiers.setdefault(parts[0], {}).setdefault(name, []).append("/".join(parts))
+    for names in tiers.values():
+        for name, where in top:
+            names.setdefault(name, []).append(where)
+    return tiers
+
+
+def test_each_tier_has_one_box_and_one_official_fixture() -> None:
+    """``box`` is the tier's lease, ``official`` its official client: one meaning per tier,
+    so a test reads the same wherever it is (other sandboxes have names that say what)."""
+    sources = {path: path.read_text() for path in TESTS.rglob("*.py")}
+    tiers = _fixtures_by_tier(sources)
+    twice = {
+        f"{tier}: {name}": where
+        for tier, names in tiers.items()
+        for name, where in names.items()
+        if name in ("box", "official") and len(where) > 1
+    }
+    assert twice == {}
+    assert tiers["unit"]["box"] == ["unit/conftest.py"]  # the scan sees fixtures
+    # the check can fail: a second file defining one
+    doubled = {**sources, TESTS / "unit" / "test_x.py": "@pytest.fixture(name='box')\ndef b(): ..."}
+    assert len(_fixtures_by_tier(doubled)["unit"]["box"]) == 2
+
+
+def _public_objects() -> dict[int, list[str]]:
+    """``id`` of each object a public module names (its ``__all__``, else what it defines)
+    -> the public names it has, ``module.name``."""
+    import importlib
+
+    found: dict[int, list[str]] = {}
+    for module_name in ["createos_sync", "createos_sync.emulator", *_public_modules()]:
+        module = importlib.import_module(module_name)
+        names = getattr(module, "__all__", None)
+        if names is None:
+            names = [
+                n
+                for n, v in vars(module).items()
+                if not n.startswith("_") and getattr(v, "__module__", None) == module_name
+            ]
+        for name in names:
+            found.setdefault(id(getattr(module, name)), []).append(f"{module_name}.{name}")
+    return found
+
+
+def _private_uses(source: str, where_from: str, public: dict[int, list[str]]) -> list[str]:
+    """What ``source`` (the file ``where_from``) takes from a private module of the package
+    although a public module names it: ``from _private import name``, ``_private.name``."""
+    import importlib
+    import types
+
+    def named(thing: object, name: str) -> list[str]:
+        where = public.get(id(thing), [])
+        if isinstance(thing, (bool, int, float, str, bytes, tuple, type(None))):
+            return [w for w in where if w.rsplit(".", 1)[1] == name]  # (interned values)
+        return where
+
+    out, modules = [], {}
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and not node.level and node.module):
+            continue
+        if not node.module.startswith("createos_sync"):
+            continue
+        for alias in node.names:
+            if not _is_private(f"{node.module}.{alias.name}"):
+                continue
+            try:
+                thing = getattr(importlib.import_module(node.module), alias.name)
+            except (ImportError, AttributeError):  # an integration whose extra is missing
+                continue
+            if isinstance(thing, types.ModuleType):
+                modules[alias.asname or alias.name] = thing
+            elif where := named(thing, alias.name):
+                out.append(f"{where_from}:{node.lineno}: {alias.name} is {where[0]}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = modules.get(node.value.id)
+            thing = getattr(module, node.attr, None) if module is not None else None
+            if thing is None or isinstance(thing, types.ModuleType):
+                continue
+            if where := named(thing, node.attr):
+                text = f"{node.value.id}.{node.attr} is {where[0]}"
+                out.append(f"{where_from}:{node.lineno}: {text}")
+    return out
+
+
+def test_tests_use_the_public_name_where_there_is_one() -> None:
+    """A test that takes ``Journal`` from ``_sandboxes.journal`` tests what users do not
+    hold; one that tests a private unit (``_wire``'s, say) imports it, and may."""
+    public = _public_objects()
+    found = [
+        use
+        for path in sorted(TESTS.rglob("*.py"))
+        for use in _private_uses(path.read_text(), str(path.relative_to(TESTS)), public)
+    ]
+    assert found == []
+    # the check can fail: a test taking the journal from its private room
+    probe = "from createos_sync._sandboxes.journal import Journal\n"
+    probe += "from createos_sync._sandboxes import reap\nreap.Reaped\n"
+    assert _private_uses(probe, "probe.py", public) == [
+        "probe.py:1: Journal is createos_sync.journal.Journal",
+        "probe.py:3: reap.Reaped is createos_sync.journal.Reaped",
+    ]

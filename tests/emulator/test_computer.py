@@ -29,7 +29,7 @@ needs_desktop = pytest.mark.skipif(
 
 
 @pytest.fixture
-def box(emu: Emulator) -> Iterator[cs.Lease]:
+def desktop(emu: Emulator) -> Iterator[cs.Lease]:
     with emu.client() as client, client.lease(rootfs="desktop:1") as lease:
         yield lease
 
@@ -40,15 +40,15 @@ def computer_requests(emu: Emulator) -> list[tuple[str, str]]:
     return [(r.method, r.path.split("/computer", 1)[1]) for r in log if "/computer" in r.path]
 
 
-def xterm(box: cs.Lease) -> cs.Window:
+def xterm(desktop: cs.Lease) -> cs.Window:
     """Launch an xterm, focus its window, and wait until its shell reads what is typed
     (until then, a Ctrl-key would reach the terminal's line discipline, not readline)."""
-    computer = box.computer
+    computer = desktop.computer
     computer.launch("xterm")
     (window,) = wait_until(lambda: computer.windows(application="xterm"), "the xterm's window")
     computer.focus(window)
     computer.type("touch shell-ready\n")
-    wait_until(lambda: _read(box, "/workspace/shell-ready") == "", "the xterm's shell")
+    wait_until(lambda: _read(desktop, "/workspace/shell-ready") == "", "the xterm's shell")
     return window
 
 
@@ -83,8 +83,8 @@ def test_a_screenshot_has_the_screens_size_and_shows_what_is_typed(
 
 
 @needs_desktop
-def test_mouse_round_trips(box: cs.Lease) -> None:
-    computer = box.computer
+def test_mouse_round_trips(desktop: cs.Lease) -> None:
+    computer = desktop.computer
     computer.move(10, 20)
     assert computer.cursor() == (10, 20)
     computer.click(300, 200)
@@ -98,8 +98,8 @@ def test_mouse_round_trips(box: cs.Lease) -> None:
 
 
 @needs_desktop
-def test_clipboard_round_trip(box: cs.Lease) -> None:
-    computer = box.computer
+def test_clipboard_round_trip(desktop: cs.Lease) -> None:
+    computer = desktop.computer
     assert computer.clipboard() == ""
     computer.set_clipboard("snow ☃ and\nnew lines")
     assert computer.clipboard() == "snow ☃ and\nnew lines"
@@ -108,9 +108,9 @@ def test_clipboard_round_trip(box: cs.Lease) -> None:
 
 
 @needs_desktop
-def test_keyboard_reaches_the_focused_window(box: cs.Lease) -> None:
-    computer = box.computer
-    window = xterm(box)
+def test_keyboard_reaches_the_focused_window(desktop: cs.Lease) -> None:
+    computer = desktop.computer
+    window = xterm(desktop)
     assert computer.active_window() == window
     computer.key_down("shift")
     computer.type("a")
@@ -119,13 +119,13 @@ def test_keyboard_reaches_the_focused_window(box: cs.Lease) -> None:
     computer.press("ctrl", "a")  # to the line's start: "echo " goes before what was typed
     computer.type("echo ")
     computer.press("Return")
-    wait_until(lambda: _read(box, "/workspace/keys.txt") == "A\n")
+    wait_until(lambda: _read(desktop, "/workspace/keys.txt") == "A\n")
 
 
 @needs_desktop
-def test_windows_round_trips(box: cs.Lease) -> None:
-    computer = box.computer
-    window = xterm(box)
+def test_windows_round_trips(desktop: cs.Lease) -> None:
+    computer = desktop.computer
+    window = xterm(desktop)
     assert window.title == "xterm"
     first = computer.window_geometry(window)
     computer.resize_window(window, 400, 300)
@@ -148,8 +148,8 @@ def test_windows_round_trips(box: cs.Lease) -> None:
 
 
 @needs_desktop
-def test_screens_round_trips(box: cs.Lease) -> None:
-    computer = box.computer
+def test_screens_round_trips(desktop: cs.Lease) -> None:
+    computer = desktop.computer
     assert [s.id for s in computer.screens()] == ["screen-0"]
     second = computer.add_screen(640, 480)
     assert (second.id, second.width, second.height) == ("screen-1", 640, 480)
@@ -165,8 +165,8 @@ def test_screens_round_trips(box: cs.Lease) -> None:
 
 
 @needs_desktop
-def test_request_counts(box: cs.Lease, emu: Emulator) -> None:
-    computer = box.computer
+def test_request_counts(desktop: cs.Lease, emu: Emulator) -> None:
+    computer = desktop.computer
     computer.screen()  # the desktop starts on its first request
     emu.clear_request_log()
     computer.screenshot()
@@ -187,10 +187,10 @@ def test_request_counts(box: cs.Lease, emu: Emulator) -> None:
 
 @needs_desktop
 def test_the_desktop_is_not_a_listed_process_and_ends_with_its_sandbox(emu: Emulator) -> None:
-    with emu.client() as client, client.lease(rootfs="desktop:1") as box:
-        path = f"/sandboxes/{box.id}/processes"
+    with emu.client() as client, client.lease(rootfs="desktop:1") as desktop:
+        path = f"/sandboxes/{desktop.id}/processes"
         before = client.request("GET", path)  # the lease's own (its ttl watchdog)
-        box.computer.screen()
+        desktop.computer.screen()
         assert client.request("GET", path) == before
         assert emu.live_processes() != []  # the agent, Xvfb and openbox
     assert emu.live_processes() == []
@@ -240,30 +240,30 @@ def _differing_rows(a: bytes, b: bytes) -> int:
 
 
 @needs_desktop
-def test_pause_freezes_the_desktop_and_resume_brings_it_back(box: cs.Lease) -> None:
-    computer = box.computer
-    window = xterm(box)
-    box.pause()
+def test_pause_freezes_the_desktop_and_resume_brings_it_back(desktop: cs.Lease) -> None:
+    computer = desktop.computer
+    window = xterm(desktop)
+    desktop.pause()
     with pytest.raises(cs.SandboxUnavailable, match=r"is paused: call resume\(\) first"):
         computer.screenshot()
-    box.resume()
+    desktop.resume()
     assert computer.windows() == [window]  # the same desktop, frozen meanwhile
 
 
 @needs_desktop
-def test_an_application_that_ends_at_once_is_refused_with_its_error(box: cs.Lease) -> None:
+def test_an_application_that_ends_at_once_is_refused_with_its_error(desktop: cs.Lease) -> None:
     # Not a silent launch whose window never shows: its status and the tail of its stderr.
     with pytest.raises(cs.CreateosApiError, match=r"ended at once with status 2: .*No such file"):
-        box.computer.launch("ls", uri="/no-such-file")
-    assert box.computer.windows() == []
+        desktop.computer.launch("ls", uri="/no-such-file")
+    assert desktop.computer.windows() == []
 
 
 @needs_desktop
-def test_a_desktop_whose_agent_died_starts_again(box: cs.Lease, emu: Emulator) -> None:
-    computer = box.computer
+def test_a_desktop_whose_agent_died_starts_again(desktop: cs.Lease, emu: Emulator) -> None:
+    computer = desktop.computer
     computer.set_clipboard("before")
     with emu.client() as client:
-        answer = client.request("GET", f"/sandboxes/{box.id}/processes")
+        answer = client.request("GET", f"/sandboxes/{desktop.id}/processes")
     listed = {p["process_id"] for p in answer["processes"]}  # the lease's own
     (agent,) = [p for p in emu.live_processes() if p.process_id not in listed]
     for pid in agent.pids:
@@ -321,9 +321,9 @@ def _pixel(png: bytes, x: int, y: int) -> tuple[int, ...]:
 
 
 @needs_desktop
-def test_window_geometry_is_the_client_area_where_screenshots_show_it(box: cs.Lease) -> None:
-    computer = box.computer
-    window = xterm(box)
+def test_window_geometry_is_the_client_area_where_screenshots_show_it(desktop: cs.Lease) -> None:
+    computer = desktop.computer
+    window = xterm(desktop)
     computer.move_window(window, 100, 120)
     g = computer.window_geometry(window)
     png = computer.screenshot().png
@@ -337,8 +337,8 @@ def test_window_geometry_is_the_client_area_where_screenshots_show_it(box: cs.Le
 
 
 @needs_desktop
-def test_an_unknown_key_is_refused_not_ignored(box: cs.Lease) -> None:
-    computer = box.computer
+def test_an_unknown_key_is_refused_not_ignored(desktop: cs.Lease) -> None:
+    computer = desktop.computer
     with pytest.raises(cs.CreateosApiError, match=r"unknown key .*: keys are X keysym names"):
         computer.press("nosuchkey")
     with pytest.raises(cs.CreateosApiError, match=r"unknown key .*: keys are X keysym names"):

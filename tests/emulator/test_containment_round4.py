@@ -189,7 +189,7 @@ SDK_ACCEPTS = [
 
 
 def test_every_mount_path_the_sdk_accepts_works_or_is_refused_at_attach(bwrap_api: Api) -> None:
-    from createos_sync._resources.checks import mount_path
+    from createos_sync.checks import mount_path
 
     disk_id = bwrap_api.data("POST", "/v1/disks", json=DISK)["id"]
     sandbox = bwrap_api.sandbox()
@@ -214,7 +214,8 @@ def test_every_mount_path_the_sdk_accepts_works_or_is_refused_at_attach(bwrap_ap
 
 
 def test_the_raw_api_refuses_what_the_sdk_refuses_with_its_words(mode_api: Api) -> None:
-    from createos_sync._resources.checks import mount_path, sub_path
+    from createos_sync._resources.checks import sub_path
+    from createos_sync.checks import mount_path
 
     disk_id = mode_api.data("POST", "/v1/disks", json=DISK)["id"]
     sandbox = mode_api.sandbox()

@@ -8,8 +8,7 @@ import pytest
 
 import createos_sync as cs
 from createos_sync import Client
-from createos_sync.emulator import Emulator
-from createos_sync.emulator._service.faults import Fault
+from createos_sync.emulator import Emulator, Fault
 
 from .helpers import operations
 

@@ -16,8 +16,6 @@ import createos_sync as cs
 from createos_sync import reap
 from createos_sync._sandboxes import reap as reap_module
 from createos_sync._sandboxes.fork import MARKER
-from createos_sync._wire import api as _api
-from createos_sync._wire.deadline import Deadline
 from createos_sync.emulator import Emulator, Fault
 from createos_sync.journal import Entry, Journal
 
@@ -69,8 +67,8 @@ def test_reap_resolves_entries_by_name_and_leaves_what_is_not_its_own(
 ) -> None:
     journal = Journal()
     # The owner died while the creation was in flight: only the name is known.
-    created = _api.create_sandbox(
-        client._transport, {"shape": "s-1vcpu-1gb", "name": "orphan-1"}, Deadline.after(30)
+    created = client.request(
+        "POST", "/sandboxes", json={"shape": "s-1vcpu-1gb", "name": "orphan-1"}
     )
     url = client.config.base_url
     journal.add(Entry(name="orphan-1", base_url=url, **DEAD_OWNER))
@@ -163,9 +161,7 @@ def test_journal_entries_are_written_around_creation_and_removed_on_close(
 
 def _orphan(client: cs.Client, name: str) -> str:
     """A sandbox whose journal entry names a dead owner; its id."""
-    created = _api.create_sandbox(
-        client._transport, {"shape": "s-1vcpu-1gb", "name": name}, Deadline.after(30)
-    )
+    created = client.request("POST", "/sandboxes", json={"shape": "s-1vcpu-1gb", "name": name})
     sandbox_id: str = created["id"]
     Journal().add(
         Entry(name=name, base_url=client.config.base_url, sandbox_id=sandbox_id, **DEAD_OWNER)
@@ -318,10 +314,10 @@ def test_reap_finds_the_fork_a_dead_process_was_making(
     with client.lease() as source, source.fork() as claimed:
         # A process died while its fork was in flight: the source and its marker are known.
         journal.add(Entry(name="fork-in-flight", base_url=url, fork_from=source.id, **DEAD_OWNER))
-        fork = partial(_api.fork_sandbox, client._transport, str(source.id))
-        orphan = fork({"envs": {MARKER: "fork-in-flight"}}, Deadline.after(30))["id"]
+        fork = partial(client.request, "POST", f"/sandboxes/{source.id}/fork")
+        orphan = fork(json={"envs": {MARKER: "fork-in-flight"}})["id"]
         # Another machine's fork of the same source, made at the same moment: not its own.
-        theirs = fork({"envs": {MARKER: "elsewhere-0123"}}, Deadline.after(30))["id"]
+        theirs = fork(json={"envs": {MARKER: "elsewhere-0123"}})["id"]
         outcomes = {o.name: o for o in reap(client)}
         assert outcomes["fork-in-flight"].action == "destroyed"
         assert outcomes["fork-in-flight"].sandbox_ids == (orphan,)  # not the claimed fork

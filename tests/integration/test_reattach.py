@@ -22,9 +22,9 @@ import pytest
 import createos_sync as cs
 from createos_sync import reap
 from createos_sync._sandboxes import reap as reap_module
-from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.emulator import Emulator
 from createos_sync.errors import SandboxUnavailable
+from createos_sync.journal import Entry, Journal, Reaped
 
 from .subprocesses import CLI, emulator_env, finish, read_until, spawn
 
@@ -128,7 +128,7 @@ def test_a_sweep_already_running_re_checks_each_entry_before_it_destroys(
     reached, go = threading.Event(), threading.Event()
     original = reap_module._reap_entry
 
-    def held(*args: Any, **kwargs: Any) -> reap_module.Reaped:
+    def held(*args: Any, **kwargs: Any) -> Reaped:
         reached.set()
         assert go.wait(30)
         return original(*args, **kwargs)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from createos_sync._sandboxes import claims
-from createos_sync._sandboxes.journal import Entry, Journal
+from createos_sync.journal import Entry, Journal
 
 URL = "https://api.example"
 DEAD = {"pid": 2**22 + 1, "process_start": "0"}  # above pid_max: never a live process

@@ -19,9 +19,10 @@ from typing import Any
 import attrs
 import pytest
 
-from createos_sync._sandboxes.journal import Entry, Journal, enabled
+from createos_sync._sandboxes.journal import enabled
 from createos_sync.config import state_dir
 from createos_sync.errors import ConfigError
+from createos_sync.journal import Entry, Journal
 
 URL = "https://api.example"
 GONE_PID = 2**22 + 1  # above Linux's pid_max: never a live process
@@ -248,8 +249,8 @@ def test_an_unwritable_journal_refuses_to_record_and_says_how_to_fix_it(
 FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
-from createos_sync._sandboxes.journal import Entry, Journal
 from createos_sync.errors import ConfigError
+from createos_sync.journal import Entry, Journal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
 try:

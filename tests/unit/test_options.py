@@ -124,7 +124,7 @@ def test_help_names_the_ttl_default_and_a_rootfs_the_catalog_has() -> None:
     import pydoc
 
     import createos_sync as cs
-    from createos_sync.lease._options import TTL_DEFAULT
+    from createos_sync.lease import TTL_DEFAULT
 
     for surface in (cs.lease, cs.Client.lease, cs.Lease.fork, cs.map):
         text = pydoc.render_doc(surface, renderer=pydoc.plaintext)
