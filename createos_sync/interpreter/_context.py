@@ -1,6 +1,6 @@
 """``CodeContext``: one interpreter in the sandbox, kept between cells.
 
-The kernel is a background process of the lease (``createos_sync.process``): its
+The kernel is a background process of the lease (``createos_sync._commands.processes``): its
 output stream stays attached while it lives, so a cell costs one request, the
 input that carries it, and its frames come back on the stream already open. A
 kernel's first cell rides its start: the kernel's source and the cell go with the

@@ -3,7 +3,7 @@
 ``Lease`` is a facade: its lifecycle and the containment rule live in
 ``_core``, and each capability (commands, files, sandbox features, forks) is a
 mixin that validates arguments and hands over to its engine module
-(``createos_sync.process``, ``createos_sync._files``, ``_traffic``, ...). Its options
+(``createos_sync._commands.processes``, ``createos_sync._files``, ``_traffic``, ...). Its options
 (``LeaseOptions``, the ttl's ``DEFAULT_TTL`` and ``MIN_TTL``) are checked in ``_options``.
 """
 
