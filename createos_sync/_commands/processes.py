@@ -77,9 +77,8 @@ class Process(Generic[AnyStr]):
     ) -> Process[Any]:
         """The handle of a process of ``box``, not followed yet (``_begin``)."""
         handle = cls.__new__(cls)
-        handle._init(box, process_id, args, max_output, text, (on_output, echo))
-        handle.terminal = terminal
-        handle._stdin_open = stdin_open
+        sinks = (on_output, echo)
+        handle._init(box, process_id, args, max_output, text, sinks, stdin_open, terminal)
         return handle
 
     def _init(
@@ -90,13 +89,15 @@ class Process(Generic[AnyStr]):
         max_output: int,
         text: bool,
         sinks: tuple[OnOutput | None, OnOutput | None],
+        stdin_open: bool,
+        terminal: bool,
     ) -> None:
         """The state ``__init__`` would set: the output's capture, the following thread."""
         self.id = process_id
         self.args = args
-        self.terminal = False
+        self.terminal = terminal
         self._box = box
-        self._stdin_open = False
+        self._stdin_open = stdin_open
         self._live = LiveOutput(max_output)
         self._output = Output(max_output, text=text, sinks=(self._live.put, *sinks))
         self._execution = ManagedExecution(box, process_id, self._output.write)
