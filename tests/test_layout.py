@@ -159,6 +159,12 @@ def test_the_cli_is_built_on_the_public_surface() -> None:
     assert _private_imports("createos_sync.cli") == {}
 
 
+def test_the_emulator_uses_the_sdk_through_public_names() -> None:
+    """A layer above the client, a program of its own: ``config.is_loopback``,
+    ``budget.forget`` and ``Client``, never the SDK's private rooms (its own are its own)."""
+    assert _private_imports("createos_sync.emulator") == {}
+
+
 def test_the_private_import_check_can_fail() -> None:
     fanout = _private_imports("createos_sync.fanout")
     assert "createos_sync.lease._options" in fanout["createos_sync.fanout._pool"]
