@@ -9,6 +9,7 @@ included) and only then propagates.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 import threading
 import time
 
@@ -21,6 +22,14 @@ from createos_sync.emulator import Emulator
 from createos_sync.integrations import _threads
 
 from .helpers import operations, processes_of
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[Emulator]:
+    """Streams without heartbeats (as a quiet real network): only the cancel's cut of the
+    stream, not a heartbeat's arrival, can wake a read blocked on a silent command."""
+    with Emulator(rate_limit=None, heartbeat_interval=3600) as emu:
+        yield emu
+
 
 ESCAPING = "echo started; setsid sleep 1000 & (sleep 1000 &); sleep 1000"
 BOUND = 10.0  # seconds from the cancel to the raise: about two round trips on loopback
