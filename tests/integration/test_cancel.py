@@ -9,9 +9,9 @@ included) and only then propagates.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 import threading
 import time
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -22,6 +22,7 @@ from createos_sync.emulator import Emulator
 from createos_sync.integrations import _threads
 
 from .helpers import operations, processes_of
+
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Emulator]:
@@ -100,7 +101,7 @@ def test_a_cancel_set_before_the_run_sends_nothing(emulator: Emulator, box: Leas
 
 
 def test_cancel_must_be_a_token(box: Lease) -> None:
-    with pytest.raises(TypeError, match="cancel must be a createos_sync.Cancel"):
+    with pytest.raises(TypeError, match=r"cancel must be a createos_sync\.Cancel"):
         box.run("true", cancel=threading.Event())  # type: ignore[call-overload]
 
 
@@ -134,7 +135,7 @@ def test_an_adapter_exec_is_one_request_and_its_cancellation_ends_the_tree(
 
 def test_an_adapter_exec_times_out_with_its_output(emulator: Emulator, box: Lease) -> None:
     async def scenario() -> None:
-        with pytest.raises(TimeoutError, match="timed out after 1.5 seconds") as e:
+        with pytest.raises(TimeoutError, match=r"timed out after 1\.5 seconds") as e:
             await _threads.run(box, "echo so far; sleep 1000", timeout=1.5)
         assert e.value.truncated_output == "so far\n"  # type: ignore[attr-defined]
 
