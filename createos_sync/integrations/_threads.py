@@ -17,7 +17,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -137,8 +137,14 @@ async def run(
     runs in the session takes a managed process (3, 4 with stdin).
     """
     cancel = cs.Cancel()
-    options = {"cwd": cwd, "env": env, "stdin": stdin or None, "max_output": max_output}
-    job = _Job(functools.partial(lease.run, argv, timeout=timeout, cancel=cancel, **options))
+
+    def command() -> cs.RunResult[str]:
+        return lease.run(
+            argv, cwd=cwd, env=env, stdin=stdin or None, timeout=timeout,
+            max_output=max_output, cancel=cancel,
+        )  # fmt: skip
+
+    job = _Job(command)
     try:
         result = await call(job)
     except anyio.get_cancelled_exc_class() as cancelled:
@@ -155,7 +161,7 @@ async def run(
     return result
 
 
-class _Job:
+class _Job(Generic[T]):
     """A call for a worker thread that a cancelled caller may have to wait for.
 
     A cancellation abandons the thread (``call``), which may not even have
