@@ -7,7 +7,8 @@ and exit status come back on that stream (``framing``). What it costs:
 
 - first command: 3 requests (create the session, attach its stream, the
   command), as a start-gated process; every later one: 1;
-- a timeout or Ctrl-C: 1 more (the supervisor ends the command's processes,
+- a timeout, Ctrl-C or a ``Cancel`` set by another thread (it cuts the stream
+  the run reads): 1 more (the supervisor ends the command's processes,
   found by process group and by the env marker they inherit, and says when
   none is left), plus 1 to reattach the stream the deadline broke; unconfirmed
   twice, the session is terminated (``DELETE``, ``tree_exited``), and if that
@@ -294,8 +295,12 @@ class CommandSession:
             return self._lost(command, current, None, started, timeout)
         timed_out = not current.done
         if timed_out:
-            how = "was cancelled" if cancel is not None and cancel.is_set() else "timed out"
-            log.info("command %d of session %s %s: ending it", self._count, self.id, how)
+            if cancel is not None and cancel.is_set():
+                log.info("command %d of session %s was cancelled", self._count, self.id)
+            else:
+                log.info(
+                    "command %d of session %s timed out after %g s", self._count, self.id, timeout
+                )
             self._stop(current, escalate)
         current.flush()
         exit_code, signal = (None, None) if timed_out else current.status()
