@@ -142,3 +142,27 @@ def test_an_adapter_exec_times_out_with_its_output(emulator: Emulator, box: Leas
     anyio.run(scenario)
 
     assert processes_of(emulator, box.id) == []
+
+
+def test_an_exec_beside_a_busy_session_takes_a_managed_process_and_cancels_too(
+    emulator: Emulator, box: Lease
+) -> None:
+    box.run("true")
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(_threads.run, box, "sleep 1000", timeout=600))
+            while not processes_of(emulator, box.id):  # the session is busy with it
+                await anyio.sleep(0.02)
+            emulator.clear_request_log()
+            group.start_soon(functools.partial(_threads.run, box, ESCAPING, timeout=600))
+            while len(processes_of(emulator, box.id)) < 2:
+                await anyio.sleep(0.02)
+            await anyio.sleep(0.2)
+            group.cancel_scope.cancel()
+        assert processes_of(emulator, box.id) == []  # both trees, before it returned
+
+    anyio.run(scenario)
+
+    assert ("process.create", 200) in operations(emulator)  # the second: a managed process
+    assert box.run("echo after").stdout == "after\n"
