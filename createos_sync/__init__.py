@@ -14,6 +14,7 @@ from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._sandboxes.reap import reap
+from .cancel import Cancel
 from .client import Client
 from .computer import Screenshot, Window
 from .config import Config
@@ -30,6 +31,7 @@ from .errors import (
     OutputLostError,
     ProtocolError,
     RemoteFileNotFoundError,
+    RunCancelled,
     SandboxUnavailable,
     TemplateBuildError,
     UnsafeArchiveError,
@@ -90,6 +92,7 @@ def lease(
 __all__ = [
     "AccessTokenInfo",
     "Bandwidth",
+    "Cancel",
     "Client",
     "CodeContext",
     "CodeFailed",
@@ -115,6 +118,7 @@ __all__ = [
     "ProtocolError",
     "RemoteFileNotFoundError",
     "Result",
+    "RunCancelled",
     "RunResult",
     "SandboxInfo",
     "SandboxUnavailable",

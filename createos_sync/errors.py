@@ -343,6 +343,22 @@ class CommandTimeout(CommandFailed, TimeoutError):
         super().__init__(result, f"{message}\n{tail}" if tail else message)
 
 
+class RunCancelled(CreateosError):
+    """A ``run()`` was cancelled (``Cancel.set()``) before its command ended.
+
+    The command's process tree was ended and confirmed first (an
+    unconfirmed end poisons the lease, as for a timeout); ``.result`` has
+    the output read until then, with ``timed_out=True``.
+    """
+
+    def __init__(self, result: RunResult[Any]) -> None:
+        self.result = result
+        super().__init__(
+            f"command {result.describe_args()} was cancelled: its processes were ended "
+            f"({result.where()})"
+        )
+
+
 def restated(exc: BaseException, detail: str, *, outcome_unknown: bool = False) -> BaseException:
     """``exc`` said again with what is now known about its outcome.
 

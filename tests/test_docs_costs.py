@@ -10,6 +10,7 @@ together.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,6 +77,19 @@ def _in_steady_state(box: cs.Lease, command: Callable[[], object]) -> Callable[[
     return command
 
 
+def _cancelled(box: cs.Lease) -> None:
+    """A run cancelled from another thread once its command printed."""
+    cancel, started = cs.Cancel(), threading.Event()
+    canceller = threading.Thread(target=lambda: (started.wait(30), cancel.set()))
+    canceller.start()
+    try:
+        with pytest.raises(cs.RunCancelled):
+            box.run("echo started; sleep 30", cancel=cancel, on_output=lambda *_: started.set())
+    finally:
+        started.set()
+        canceller.join()
+
+
 def _timed_out(result: cs.RunResult[str]) -> None:
     assert result.timed_out and result.stdout == "started\n", result
 
@@ -117,6 +131,9 @@ MEASURED: dict[str, Step] = {
     ),
     "box.run(cmd, timeout=s), timed out": lambda c, b, t: _in_steady_state(
         b, lambda: _timed_out(b.run("echo started; sleep 30", timeout=1))
+    ),
+    "box.run(cmd, cancel=token), cancelled": lambda c, b, t: _in_steady_state(
+        b, lambda: _cancelled(b)
     ),
     "box.run(cmd, pty=True)": lambda c, b, t: _in_steady_state(
         b, lambda: b.run("true", pty=True, check=True)

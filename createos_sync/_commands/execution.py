@@ -22,6 +22,7 @@ from .._wire import api as _api
 from .._wire.deadline import Deadline
 from .._wire.http import Stream
 from .._wire.ndjson import Exit
+from ..cancel import Cancel
 from ..errors import (
     CreateosApiError,
     CreateosError,
@@ -158,15 +159,20 @@ class ManagedExecution:
             self.box.transport, self.box.sandbox_id, self.id, after, deadline
         )
 
-    def follow(self, deadline: Deadline, release: Callable[[], None] | None = None) -> Exit | None:
-        """Follow output to the exit frame; None if the deadline came first.
+    def follow(
+        self,
+        deadline: Deadline,
+        release: Callable[[], None] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Exit | None:
+        """Follow output to the exit frame; None if the deadline (or ``cancel``) came first.
 
         A SIGKILL that closing did not send may be the sandbox dying under the
         process (its ttl watchdog, a command deleting it): the sandbox is read
         (1 request, on that path only), and ``SandboxUnavailable`` (or
         ``LeaseExpired``) raised when it is gone, not an ordinary result.
         """
-        exit_frame = self.follower.follow(deadline, release)
+        exit_frame = self.follower.follow(deadline, release, cancel)
         if exit_frame is not None:
             self.box.table.finished(self.id)
             if exit_frame.signal == "SIGKILL" and not self.box.closing.is_set():
@@ -197,6 +203,19 @@ class ManagedExecution:
         )
 
 
+def never_sent(
+    box: Box, command: Command, timeout: float, output: Output, duration: float = 0.0
+) -> RunResult[Any]:
+    """The run ended (its deadline, a cancel) before the command was sent: a timed-out
+    result with no process."""
+    log.info("command %s ended before it was sent", describe_args(command.args))
+    return RunResult(
+        args=command.args, exit_code=None, stdout=output.stdout, stderr=output.stderr,
+        process_id="", timed_out=True, duration=duration, timeout=timeout,
+        sandbox_id=box.sandbox_id,
+    )  # fmt: skip
+
+
 def gone_with_its_sandbox(exc: BaseException) -> bool:
     """Whether ``exc`` says the sandbox is gone: its processes with it, none to terminate."""
     return isinstance(exc, SandboxUnavailable) and exc.status in ("destroying", "destroyed")
@@ -223,6 +242,7 @@ def run(
     output: Output,
     escalate: Callable[[], None],
     pty: Size | None = None,
+    cancel: Cancel | None = None,
 ) -> RunResult[Any]:
     """Run ``command`` to its end, or to its timeout, and return what it left behind.
 
@@ -234,8 +254,11 @@ def run(
     as timed out; one that exited on its own meanwhile keeps its result. On
     a terminal, nobody types: the release key is followed by a Ctrl-D, so
     that a command reading lines sees the end of its input at once, as a
-    pipe command sees an empty stdin.
+    pipe command sees an empty stdin. A ``cancel`` set meanwhile ends the
+    process as its timeout would.
     """
+    if cancel is not None and cancel.is_set():
+        return never_sent(box, command, timeout, output)
     started = time.monotonic()
     deadline = Deadline.after(timeout)
     gate = Gate.STDIN_EOF if pty is None else Gate.TERMINAL
@@ -243,7 +266,9 @@ def run(
     execution = ManagedExecution(box, process_id, output.write)
     try:
         exit_frame = execution.follow(
-            deadline, release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY)
+            deadline,
+            release=lambda: release(box, process_id, gate, deadline, typed=EOF_KEY),
+            cancel=cancel,
         )
     except BaseException as exc:
         if gone_with_its_sandbox(exc):

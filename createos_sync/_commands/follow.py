@@ -23,6 +23,7 @@ Two things may look like a dropped stream and are not (``Recovery``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from ..errors import CreateosApiError, Operation, OperationTimeout, OutputLostEr
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..cancel import Cancel
     from ..result import RunResult
 
 log = logging.getLogger("createos_sync.follow")
@@ -107,21 +109,31 @@ class Follower:
         self.lost: OutputLostError | None = None
 
     def follow(
-        self, deadline: Deadline, on_attached: Callable[[], None] | None = None
+        self,
+        deadline: Deadline,
+        on_attached: Callable[[], None] | None = None,
+        cancel: Cancel | None = None,
     ) -> Exit | None:
-        """Read to the exit frame and return it; None if the deadline came first.
+        """Read to the exit frame and return it; None if the deadline (or ``cancel``,
+        which cuts the stream as the deadline does) came first.
 
         ``on_attached`` runs once, as soon as the first connection is
-        established (it releases the start gate).
+        established (it releases the start gate; never once cancelled).
         """
         if self.exit is not None:
             return self.exit
+        if cancel is not None and cancel.is_set():
+            return None
         budget = _retry.ReconnectBudget()
         pending = [on_attached] if on_attached is not None else []
+
+        def stopped() -> bool:
+            return deadline.expired() or (cancel is not None and cancel.is_set())
+
         try:
             self.exit = budget.call(
-                lambda: self._read_once(deadline, budget, pending),
-                retry_on=_is_drop,
+                lambda: self._read_once(deadline, budget, pending, cancel),
+                retry_on=lambda exc: _is_drop(exc) and not stopped(),
                 deadline=deadline,
                 sleep=self._sleep,
             )
@@ -130,8 +142,8 @@ class Follower:
         except _ReleaseFailed as failure:
             raise failure.__cause__ or failure from None
         except CreateosApiError as exc:
-            if exc.status is None and deadline.expired():
-                return None  # the read timed out because the deadline passed
+            if exc.status is None and stopped():
+                return None  # the read was cut because the deadline passed (or a cancel)
             # Never attached: the start gate is shut, the command cannot have run.
             if pending or not _is_drop(exc) or self._recovery is None:
                 raise
@@ -147,10 +159,16 @@ class Follower:
             raise self.lost
 
     def _read_once(
-        self, deadline: Deadline, budget: _retry.ReconnectBudget, pending: list[Callable[[], None]]
+        self,
+        deadline: Deadline,
+        budget: _retry.ReconnectBudget,
+        pending: list[Callable[[], None]],
+        cancel: Cancel | None,
     ) -> Exit:
         stream = self._connect(deadline)
-        with stream:
+        with stream, cancel.waking(stream.cut) if cancel else contextlib.nullcontext():
+            if cancel is not None and cancel.is_set():
+                raise _Expired()  # before the start gate opens: the command never runs
             while pending:
                 release = pending.pop()
                 try:

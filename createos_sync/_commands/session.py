@@ -7,7 +7,8 @@ and exit status come back on that stream (``framing``). What it costs:
 
 - first command: 3 requests (create the session, attach its stream, the
   command), as a start-gated process; every later one: 1;
-- a timeout or Ctrl-C: 1 more (the supervisor ends the command's processes,
+- a timeout, Ctrl-C or a ``Cancel`` set by another thread (it cuts the stream
+  the run reads): 1 more (the supervisor ends the command's processes,
   found by process group and by the env marker they inherit, and says when
   none is left), plus 1 to reattach the stream the deadline broke; unconfirmed
   twice, the session is terminated (``DELETE``, ``tree_exited``), and if that
@@ -37,6 +38,7 @@ from .._sandboxes.box import Box
 from .._sandboxes.containment import DEFAULT_GRACE, CleanupTime, terminate_confirmed
 from .._wire import api as _api
 from .._wire.deadline import Deadline
+from ..cancel import Cancel
 from ..errors import (
     CreateosApiError,
     CreateosError,
@@ -46,7 +48,7 @@ from ..errors import (
 from ..result import RunResult, describe_args
 from . import framing
 from .command import SHELL, Command
-from .execution import StdinData, gone_with_its_sandbox, poison_after
+from .execution import StdinData, gone_with_its_sandbox, never_sent, poison_after
 from .follow import REFUSED_FOR_A_DEAD_SANDBOX, lost_output
 from .inflight import InFlight
 from .output import Output
@@ -106,8 +108,12 @@ def try_run(
     timeout: float,
     output: Output,
     escalate: Callable[[], None],
+    cancel: Cancel | None = None,
 ) -> RunResult[Any] | None:
-    """Run ``command`` in the lease's session; None when it must take the managed path."""
+    """Run ``command`` in the lease's session; None when it must take the managed path.
+
+    A ``cancel`` set meanwhile ends it as its timeout would: the result is timed out.
+    """
     if not enabled():
         return None
     fits, data = inline_stdin(stdin)
@@ -128,15 +134,19 @@ def try_run(
     try:
         if box.closing.is_set():
             return None  # the managed path says how closing met this command
+        if cancel is not None and cancel.is_set():
+            return never_sent(box, command, timeout, output)
         for replaced in (False, True):  # a session found ended is replaced once
             if slot.session is None or slot.session.ended:
                 deadline = Deadline.after(timeout)
                 try:
                     slot.session = CommandSession.start(box, deadline)
                 except _AttachTimedOut:  # as a start gate never released
-                    return _never_started(box, command, timeout, output)
+                    return never_sent(box, command, timeout, output, duration=timeout)
+            if cancel is not None and cancel.is_set():
+                return never_sent(box, command, timeout, output)
             try:
-                result = slot.session.run(command, data, timeout, output, escalate)
+                result = slot.session.run(command, data, timeout, output, escalate, cancel)
                 break
             except Refused as refused:
                 if replaced:
@@ -179,16 +189,6 @@ class Refused(Exception):
 
 class _AttachTimedOut(Exception):
     """The deadline passed while attaching a new session's stream (it was terminated)."""
-
-
-def _never_started(box: Box, command: Command, timeout: float, output: Output) -> RunResult[Any]:
-    """The deadline passed while the session was starting: the command was never sent."""
-    log.info("command %s timed out before its session started", describe_args(command.args))
-    return RunResult(
-        args=command.args, exit_code=None, stdout=output.stdout, stderr=output.stderr,
-        process_id="", timed_out=True, duration=timeout, timeout=timeout,
-        sandbox_id=box.sandbox_id,
-    )  # fmt: skip
 
 
 class CommandSession:
@@ -239,8 +239,10 @@ class CommandSession:
         timeout: float,
         output: Output,
         escalate: Callable[[], None],
+        cancel: Cancel | None = None,
     ) -> RunResult[Any] | None:
-        """One command, to its end or its timeout; None if the supervisor never ran."""
+        """One command, to its end, its timeout or ``cancel``; None if the supervisor
+        never ran."""
         started = time.monotonic()
         deadline = Deadline.after(timeout)
         self._count += 1
@@ -266,7 +268,7 @@ class CommandSession:
                 self._check_sandbox(deadline)
                 raise Refused(exc) from exc  # the session is gone, never the command
             self._ran = True
-            ended = self.stream.until_done(current, deadline)
+            ended = self.stream.until_done(current, deadline, cancel)
         except BaseException as exc:
             if gone_with_its_sandbox(exc):
                 self.ended = True
@@ -293,7 +295,12 @@ class CommandSession:
             return self._lost(command, current, None, started, timeout)
         timed_out = not current.done
         if timed_out:
-            log.info("command %d of session %s timed out after %g s", self._count, self.id, timeout)
+            if cancel is not None and cancel.is_set():
+                log.info("command %d of session %s was cancelled", self._count, self.id)
+            else:
+                log.info(
+                    "command %d of session %s timed out after %g s", self._count, self.id, timeout
+                )
             self._stop(current, escalate)
         current.flush()
         exit_code, signal = (None, None) if timed_out else current.status()

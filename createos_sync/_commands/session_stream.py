@@ -29,6 +29,7 @@ from . import framing
 from .follow import EVICTED, EVICTED_WHY, REFUSED_FOR_A_DEAD_SANDBOX, lost_output
 
 if TYPE_CHECKING:
+    from ..cancel import Cancel
     from .inflight import InFlight
 
 log = logging.getLogger("createos_sync.process")
@@ -55,6 +56,7 @@ class SessionStream:
         self._lines: Iterator[bytes] | None = None
         self._scanners: dict[str, framing.RecordScanner] = {}
         self._bound: Deadline | None = None  # the deadline cutting the stream now
+        self._cancel: Cancel | None = None  # what may cut the command's reads short
 
     def attach(self, deadline: Deadline) -> None:
         """Connect from the last sequence number seen (1 request)."""
@@ -115,14 +117,32 @@ class SessionStream:
             for name in ("stdout", "stderr")
         }
 
-    def until_done(self, current: InFlight, deadline: Deadline) -> SupervisorEnded | None:
+    def until_done(
+        self, current: InFlight, deadline: Deadline, cancel: Cancel | None = None
+    ) -> SupervisorEnded | None:
+        """Read until the command's end records; None once they came, or the deadline or
+        ``cancel`` did (a cancel cuts the stream, as the deadline does)."""
+        self._cancel = cancel
         try:
-            return self._until_done(current, deadline)
+            if cancel is None:
+                return self._until_done(current, deadline)
+            with cancel.waking(self._cut):
+                return self._until_done(current, deadline)
         finally:
+            self._cancel = None
+            if cancel is not None and cancel.is_set():
+                self.close()  # it may have been cut: the next read reattaches
             self.unbind()
 
+    def _cut(self) -> None:
+        stream = self._stream
+        if stream is not None:
+            stream.cut()
+
+    def _stopped(self, deadline: Deadline) -> bool:
+        return deadline.expired() or (self._cancel is not None and self._cancel.is_set())
+
     def _until_done(self, current: InFlight, deadline: Deadline) -> SupervisorEnded | None:
-        """Read until the command's end records; None once they came or the deadline did."""
         while not current.done:
             # Until the supervisor says it read the command, a silent stream may be one that
             # died while the lease was idle (a NAT forgot it): reattach rather than wait.
@@ -175,7 +195,7 @@ class SessionStream:
         silent for ``patience`` seconds counts as a drop (reattached, nothing lost)."""
         failures = 0
         while True:
-            if deadline.expired():
+            if self._stopped(deadline):
                 return None
             try:
                 if self._lines is None:
@@ -184,6 +204,8 @@ class SessionStream:
                 if self._bound is not deadline:  # a trickle must not outlive the deadline
                     self._stream.bound_by(deadline)
                     self._bound = deadline
+                if self._stopped(deadline):  # after arming what a cancel cuts (Cancel.waking)
+                    return None
                 self._stream.read_within(max(0.001, min(deadline.remaining(), patience)))
                 line = next(self._lines)
             except StopIteration:  # a clean end without the exit frame: did the sandbox die?
@@ -202,7 +224,7 @@ class SessionStream:
                 continue
             except CreateosApiError as exc:
                 self.close()
-                if deadline.expired():
+                if self._stopped(deadline):
                     return None
                 if not _is_drop(exc):
                     raise

@@ -74,6 +74,10 @@ class Cutoff:
         if self._scheduled:
             _ALARMS.finished(self)
 
+    def fire_now(self) -> None:
+        """Cut the claimed connection now, from any thread (a cancelled run)."""
+        self._fire()
+
     def claim(self, conn: Any) -> None:
         """Claim a connection already in use (a stream kept open past its request)."""
         if hasattr(conn, "createos_cutoff"):

@@ -145,6 +145,13 @@ class Stream:
         self._cutoff = _cutoff.Cutoff(deadline)
         self._cutoff.claim(connection)
 
+    def cut(self) -> None:
+        """Break the stream off now, from any thread, as its deadline would (a read in
+        progress ends at once); a stream with no deadline bound has nothing to cut."""
+        cutoff = self._cutoff
+        if cutoff is not None:
+            cutoff.fire_now()
+
     def read_within(self, seconds: float) -> None:
         """Make the next reads of ``chunks`` give up after ``seconds`` of silence (the
         stream then breaks): a stream kept open across commands has no deadline of its own."""

@@ -8,8 +8,10 @@ the one a program in the sandbox would get. That command's stderr names the
 error, which becomes ``IsADirectoryError``, ``PermissionError``,
 ``FileNotFoundError`` (...) naming the caller's own path.
 
-Request budget: ``write`` 1 (through a command: 4); ``read`` 1 (through a
-command: 3 to copy the file to a scratch path, 1 to read it, 3 to remove it).
+Request budget: ``write`` 1 (through a command: 1 in the lease's command
+session, its data inline; 4 over about 32 KiB, staged as a managed process's
+stdin); ``read`` 1 (through a command: 1 to copy the file to a scratch path,
+1 to read it, 1 to remove it).
 A sandbox user other than root (``user=``) always goes through commands.
 """
 

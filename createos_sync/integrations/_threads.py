@@ -17,7 +17,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -117,7 +117,7 @@ async def run(
     lease: cs.Lease,
     argv: list[str] | str,
     *,
-    timeout: float | None,
+    timeout: float,
     cwd: str | None = None,
     env: dict[str, str] | None = None,
     stdin: bytes | str = b"",
@@ -125,27 +125,94 @@ async def run(
 ) -> cs.RunResult[str]:
     """Run a command to its end; cancellation terminates its process tree.
 
-    Started as a background process (shielded: its handle must not be lost
-    to a cancellation while it starts), then waited for in a worker thread.
-    On a timeout the tree is terminated and ``TimeoutError`` raised, with
-    the output so far in its ``truncated_output`` (Inspect reads it there).
-    Request budget: 4 (stdin staged, create, output stream, start gate), 5
-    with a termination.
+    ``lease.run`` in a worker thread, given a ``cs.Cancel``: when the caller
+    is cancelled, the token is set, which cuts the run's output stream at
+    once; the worker ends the command's whole tree and confirms it (else
+    the lease is poisoned), and the cancellation propagates once it has,
+    with any cleanup failure attached (never silent). On a timeout,
+    ``TimeoutError`` is raised with the output so far in its
+    ``truncated_output`` (Inspect reads it there). Request budget: 1 in
+    steady state (stdin inline), 3 for the lease's first command, 2 more
+    to end a command on a timeout or a cancellation; a command while another
+    runs in the session takes a managed process (3, 4 with stdin).
     """
-    process = await shielded(
-        lease.start, argv, cwd=cwd, env=env, stdin=stdin, max_output=max_output
-    )
+    cancel = cs.Cancel()
+
+    def command() -> cs.RunResult[str]:
+        return lease.run(
+            argv, cwd=cwd, env=env, stdin=stdin or None, timeout=timeout,
+            max_output=max_output, cancel=cancel,
+        )  # fmt: skip
+
+    job = _Job(command)
     try:
-        return await call(process.wait, timeout)
-    except cs.OperationTimeout:
-        await shielded(process.terminate)
-        result = await shielded(process.wait)
+        result = await call(job)
+    except anyio.get_cancelled_exc_class() as cancelled:
+        cancel.set()
+        if job.abandon():  # it runs: the command's end is confirmed before cancelling
+            failure = await shielded(job.outcome)
+            if failure is not None:
+                _attach(cancelled, failure, lease)
+        raise
+    if result.timed_out:
         error = TimeoutError(f"Command timed out after {timeout} seconds")
         error.truncated_output = result.stdout + result.stderr  # type: ignore[attr-defined]
-        raise error from None
-    except BaseException:
-        await shielded(process.terminate)
-        raise
+        raise error
+    return result
+
+
+class _Job(Generic[T]):
+    """A call for a worker thread that a cancelled caller may have to wait for.
+
+    A cancellation abandons the thread (``call``), which may not even have
+    started yet: ``abandon`` says whether it did (it then runs to its end,
+    and ``outcome`` waits for that), or makes sure it never will.
+    """
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._state = "queued"  # then "running" or "abandoned"
+        self._ended = threading.Event()
+        self._error: BaseException | None = None
+
+    def __call__(self) -> T:
+        with self._lock:
+            if self._state == "abandoned":
+                raise _Abandoned()  # its caller is gone: nobody reads this
+            self._state = "running"
+        try:
+            return self._fn()
+        except BaseException as exc:
+            self._error = exc
+            raise
+        finally:
+            self._ended.set()
+
+    def abandon(self) -> bool:
+        """True if it is running (or ran): it then goes on to its end."""
+        with self._lock:
+            if self._state == "queued":
+                self._state = "abandoned"
+            return self._state == "running"
+
+    def outcome(self) -> BaseException | None:
+        """Wait for its end: what it raised that is more than the expected cancellation."""
+        self._ended.wait()
+        return None if isinstance(self._error, cs.RunCancelled) else self._error
+
+
+class _Abandoned(Exception):
+    """A job whose caller was cancelled before it started: it never runs."""
+
+
+def _attach(cancelled: BaseException, failure: BaseException, lease: cs.Lease) -> None:
+    """What went wrong while ending a cancelled command: logged, and on the cancellation."""
+    log.error("ending the cancelled command in sandbox %s failed: %s", lease.id, failure)
+    if isinstance(failure, CreateosCleanupError):
+        attach_cleanup_failure(cancelled, failure)
+    else:
+        add_note(cancelled, f"ending the cancelled command in {lease.id} failed: {failure!r}")
 
 
 def returncode(result: cs.RunResult[str]) -> int:

@@ -14,7 +14,10 @@ man's switch; 0 turns it off), ``egress`` (comma-separated rules).
 
 Every promise of a lease holds: the journal, the ttl watchdog, the
 machine's request budget, a command cancelled by Harbor's timeouts has its
-process tree terminated, and a start cancelled halfway destroys what it made.
+process tree terminated (and confirmed before the cancellation propagates),
+and a start cancelled halfway destroys what it made. ``exec`` costs 1
+request in the trial's command session (3 for the first, 2 more to end one
+timed out or cancelled), as ``Lease.run``.
 """
 
 from __future__ import annotations

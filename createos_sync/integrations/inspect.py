@@ -24,9 +24,12 @@ same as root). ``user:`` in the config makes another user the default one
 (commands and transfers then run as that user; transfers cost more
 requests, see ``_files``).
 
-Request budget: ``exec`` 4 (its stdin staged, even an empty one, so that no
-command waits for input), ``write_file`` and ``read_file`` 1 each; a sample
-costs its lease's open and close besides. ``exec``'s ``timeout_retry`` is not
+Request budget: ``exec`` 1 in the lease's command session (its stdin inline;
+none given is an empty stdin, so that no command waits for input), 3 for a
+sample's first command (which starts the session), 2 more when a timeout or a
+cancellation ends it; an ``exec`` while another runs in the sample's sandbox
+takes a managed process (3, 4 with stdin). ``write_file`` and ``read_file``
+cost 1 each; a sample costs its lease's open and close besides. ``exec``'s ``timeout_retry`` is not
 needed (a timeout here is the command's, never a hung transport: the SDK
 reconnects on its own) and ``concurrency`` is for local sandboxes.
 ``task_cleanup`` ends what no ``sample_cleanup`` did, keeping the sandboxes

@@ -12,8 +12,10 @@
 Each session is a lease on a sandbox of its own (shape, rootfs, egress and
 ttl from ``CreateOSSandboxClientOptions``), opened when the session starts
 and closed (its processes terminated, the sandbox destroyed) when it shuts
-down or the client deletes it. A command the agent runs is a managed
-process: a cancelled tool call terminates its process tree. A session
+down or the client deletes it. A command the agent runs goes through the
+lease's command session (1 request; 3 for the first, 2 more to end one timed
+out or cancelled): a cancelled tool call terminates its process tree, and
+the cancellation propagates once that is confirmed. A session
 resumed from its saved state attaches to the same sandbox while it exists.
 """
 

@@ -19,6 +19,8 @@ from .._commands.command import Command
 from .._commands.output import Output
 from .._commands.output import echo as echo_output
 from .._commands.terminal import Size, on_terminal, terminal_size
+from ..cancel import Cancel
+from ..errors import RunCancelled
 from ..result import RunResult
 from ._core import LeaseCore
 from ._options import check_seconds
@@ -41,6 +43,7 @@ class CommandMethods(LeaseCore):
         stdin: Stdin | None = ..., timeout: float | None = ..., check: bool = ...,
         on_output: OnText | None = ..., echo: bool = ..., max_output: int = ...,
         pty: bool | tuple[int, int] | None = ..., text: Literal[True] = ...,
+        cancel: Cancel | None = ...,
     ) -> RunResult[str]: ...  # fmt: skip
     @overload
     def run(
@@ -48,6 +51,7 @@ class CommandMethods(LeaseCore):
         stdin: Stdin | None = ..., timeout: float | None = ..., check: bool = ...,
         on_output: OnBytes | None = ..., echo: bool = ..., max_output: int = ...,
         pty: bool | tuple[int, int] | None = ..., text: Literal[False],
+        cancel: Cancel | None = ...,
     ) -> RunResult[bytes]: ...  # fmt: skip
     @overload
     def run(
@@ -55,6 +59,7 @@ class CommandMethods(LeaseCore):
         stdin: Stdin | None = ..., timeout: float | None = ..., check: bool = ...,
         on_output: Callable[[str, Any], None] | None = ..., echo: bool = ...,
         max_output: int = ..., pty: bool | tuple[int, int] | None = ..., text: bool = ...,
+        cancel: Cancel | None = ...,
     ) -> RunResult[Any]: ...  # fmt: skip
     def run(
         self,
@@ -70,6 +75,7 @@ class CommandMethods(LeaseCore):
         max_output: int = DEFAULT_MAX_OUTPUT,
         pty: bool | tuple[int, int] | None = None,
         text: bool = True,
+        cancel: Cancel | None = None,
     ) -> RunResult[Any]:
         r"""Run a command to completion in the sandbox and return its ``RunResult``.
 
@@ -120,6 +126,12 @@ class CommandMethods(LeaseCore):
                 decoded as UTF-8 incrementally (an invalid byte becomes
                 U+FFFD). False (as ``subprocess``): they are the exact
                 ``bytes``, never replaced.
+            cancel: a ``cs.Cancel`` token. ``cancel.set()`` from another
+                thread (an event loop cancelling a task) ends the command as
+                its timeout would (its whole tree ended and confirmed, else
+                the lease poisoned) and makes this call raise
+                ``RunCancelled`` within about two round trips; a token set
+                before the call raises before any request.
 
         Request budget: 1 in steady state (one input request to the lease's
         command session, ``stdin`` and env included); the lease's first command
@@ -129,11 +141,12 @@ class CommandMethods(LeaseCore):
         (``pty``), stdin given as a file, a command or stdin over about 32 KiB,
         and a command while another runs in the session from another thread
         take a managed process: 3 (create, output stream, start-gate release),
-        plus 1 upload when ``stdin`` is given.
+        plus 1 upload when ``stdin`` is given. A cancel costs what a timeout does.
 
         Raises:
             ValueError, TypeError: invalid arguments, before any request.
             CommandFailed, CommandTimeout: with ``check=True``.
+            RunCancelled: ``cancel`` was set before the command ended.
             OutputLostError: output was evicted before it could be read.
             CreateosCleanupError: the lease is poisoned by an unconfirmed cleanup.
             LeaseClosed: the lease is not open, or ``close()`` (from another
@@ -143,6 +156,8 @@ class CommandMethods(LeaseCore):
         command = Command.parse(cmd, cwd=cwd, env=env)
         _execution.validate_stdin(stdin)
         _check_output_options(max_output, on_output, text)
+        if cancel is not None and not isinstance(cancel, Cancel):
+            raise TypeError("cancel must be a createos_sync.Cancel or None")
         size, command = _terminal_options(pty, stdin, command)
         limit = check_seconds("timeout", timeout) or self._command_timeout()
         box = self._usable_box()
@@ -151,7 +166,7 @@ class CommandMethods(LeaseCore):
         if size is None:
             result = _session.try_run(
                 box, command, stdin=stdin, timeout=limit, output=output,
-                escalate=self._destroy_now,
+                escalate=self._destroy_now, cancel=cancel,
             )  # fmt: skip
         if result is None:
             result = _execution.run(
@@ -162,7 +177,10 @@ class CommandMethods(LeaseCore):
                 output=output,
                 escalate=self._destroy_now,
                 pty=size,
+                cancel=cancel,
             )
+        if cancel is not None and cancel.is_set() and result.timed_out:
+            raise RunCancelled(result)
         return result.check() if check else result
 
     @overload

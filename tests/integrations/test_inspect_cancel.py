@@ -1,8 +1,9 @@
 """Cancellation at Inspect's await points leaves nothing behind (inspect_ai#5494's leak).
 
 The SDK's calls block worker threads that a cancellation cannot interrupt:
-the adapter closes the lease (or terminates the process) from another
-thread instead, and only then lets the cancellation propagate.
+the adapter closes the lease from another thread instead (or, for an
+``exec``, sets the run's ``cs.Cancel``, which wakes it to end the command's
+tree), and only then lets the cancellation propagate.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from createos_sync.integrations.inspect import (  # noqa: E402
     CreateOSSandboxEnvironment,
 )
 
-from ..integration.helpers import FAST  # noqa: E402
+from ..integration.helpers import FAST, operations, processes_of  # noqa: E402
 from ..waiting import wait_until  # noqa: E402
 
 NO_TTL = CreateOSSandboxConfig(ttl=None)  # no watchdog process: every process is the test's
@@ -85,13 +86,16 @@ def test_a_cancelled_exec_ends_its_process_and_the_sandbox_stays_usable(
     async def scenario() -> None:
         envs = await CreateOSSandboxEnvironment.sample_init("t", NO_TTL, {})
         sandbox = envs["default"]
+        lease_id = sandbox.lease.id  # type: ignore[attr-defined]
         try:
             await _cancel_once(
-                lambda: sandbox.exec(["sh", "-c", "sleep 600 & sleep 600"]),
-                lambda: len(emulator.live_processes()) == 1,
+                lambda: sandbox.exec(["sh", "-c", "setsid sleep 600 & sleep 600"]),
+                lambda: bool(processes_of(emulator, lease_id)),
             )
-            assert emulator.live_processes() == []
+            assert processes_of(emulator, lease_id) == []  # ended before the cancellation
+            emulator.clear_request_log()
             assert (await sandbox.exec(["echo", "still here"])).stdout == "still here\n"
+            assert operations(emulator) == [("process.input", 200)]  # 1 request per exec
         finally:
             await CreateOSSandboxEnvironment.sample_cleanup("t", NO_TTL, envs, True)
 

@@ -15,7 +15,7 @@ def test_all_is_sorted_and_complete() -> None:
     public -= {"annotations"}
     modules = {"cli", "client", "config", "emulator", "errors", "files", "lease", "models"}
     modules |= {"checks", "fanout", "journal", "process", "pytest_plugin", "result", "standalone"}
-    modules |= {"budget", "computer", "integrations", "interpreter"}
+    modules |= {"budget", "cancel", "computer", "integrations", "interpreter"}
     assert public - modules - {"Mapping", "Sequence", "OnExit", "TYPE_CHECKING"} <= set(cs.__all__)
     for name in cs.__all__:
         assert hasattr(cs, name)
