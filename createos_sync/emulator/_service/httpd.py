@@ -1,23 +1,22 @@
 """The HTTP/1.1 server: werkzeug's threaded server and request handler, kept alive.
 
-werkzeug's ``WSGIRequestHandler.run_wsgi`` serves each request (chunked
-answers flushed chunk by chunk, ``Expect: 100-continue``, de-chunked request
-bodies, a client gone mid-answer). The handler adds, through its overridable
-methods, only what werkzeug does not do, each with its reason beside it; the
-main one is keep-alive. werkzeug answers every request with ``Connection:
-close``, as it cannot tell where a request's body ends; clients of the real
-service keep connections alive, and the SDK's pooling should be exercised the
-same way. So the app reads a body bounded by its length (``_Body``), what it
-left is drained before the answer's head (the connection closes when too much
-is left), and werkzeug's ``Connection: close`` is dropped when the connection
-can carry another request. Open connections are tracked, so that ``close``
-can cut them, and counted, so that tests and benchmarks see their reuse.
+werkzeug's ``WSGIRequestHandler.run_wsgi`` serves each request: the WSGI call,
+chunked answers flushed chunk by chunk, ``Expect: 100-continue``, de-chunked
+uploads, a client gone mid-answer. The handler adds, through its overridable
+methods, only what werkzeug does not do, each with its reason beside it. The
+main one is keep-alive: werkzeug closes every connection, as it cannot tell
+where a request's body ends, while clients of the real service reuse theirs.
+So the app reads a body bounded by its length (``_Body``), what it left is
+drained before the answer's head (or the connection closes), and werkzeug's
+``Connection: close`` is dropped when the connection can carry another request.
+Open connections are tracked, so that ``close`` can cut them, and counted, so
+that tests and benchmarks see whether clients reuse them.
 
-One werkzeug detail no overridable method reaches: after an answer,
-``run_wsgi`` discards what it can read from ``self.rfile``, which on a
-kept-alive connection is the next request; ``make_environ`` leaves it an empty
-stream. pyproject bounds werkzeug below its next minor release and
-``tests/emulator/test_httpd.py`` checks the seam: raising the bound is deliberate.
+One werkzeug detail no overridable method reaches: after an answer, ``run_wsgi``
+discards what it can read from ``self.rfile``, on a kept-alive connection the
+next request; ``make_environ`` leaves it an empty stream. pyproject bounds
+werkzeug below its next minor release and ``tests/emulator/test_httpd.py``
+checks the seam: raising the bound is deliberate.
 """
 
 from __future__ import annotations
@@ -202,7 +201,9 @@ class _Handler(WSGIRequestHandler):
             return  # werkzeug's, on every answer
         super().send_header(keyword, value)
 
-    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+    def connection_dropped(
+        self, error: BaseException, environ: WSGIEnvironment | None = None
+    ) -> None:
         self.close_connection = True
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
