@@ -128,7 +128,7 @@ for req in Parser().parsestr(zf.read(meta).decode()).get_all("Requires-Dist") or
     spec, _, marker = req.partition(";")
     if marker and "extra ==" in marker and "'emulator'" not in marker and '"emulator"' not in marker:
         continue
-    # A floor (>=X), and at most an upper bound beside it (<Y: urllib3's, see pyproject).
+    # A floor (>=X), and at most an upper bound beside it (<Y: urllib3's and werkzeug's, see pyproject).
     m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*\(?([^)]*)\)?\s*", spec)
     clauses = [c.strip() for c in m[2].split(",")] if m else []
     floors = [c[2:].strip() for c in clauses if c.startswith(">=")]

@@ -1,17 +1,22 @@
-"""The HTTP/1.1 server: werkzeug's threaded dev server with keep-alive put back.
+"""The HTTP/1.1 server: werkzeug's threaded server and request handler, kept alive.
 
-werkzeug 3 answers every request with ``Connection: close`` (its handler
-cannot tell where a request body ends). Clients of the real service keep
-connections alive, and the SDK's connection pooling should be exercised the
-same way, so this handler reimplements ``run_wsgi``: it knows how much of the
-body the app consumed, drains the rest (or closes when that is too much),
-flushes every chunk of a streamed response at once, and never logs request
-lines. Open connections are tracked so that ``close`` can cut them, and
-counted, so that tests and benchmarks can see whether clients reuse them.
+werkzeug's ``WSGIRequestHandler.run_wsgi`` serves each request: the WSGI call,
+chunked answers flushed chunk by chunk, ``Expect: 100-continue``, de-chunked
+uploads, a client gone mid-answer. The handler adds, through its overridable
+methods, only what werkzeug does not do, each with its reason beside it. The
+main one is keep-alive: werkzeug closes every connection, as it cannot tell
+where a request's body ends, while clients of the real service reuse theirs.
+So the app reads a body bounded by its length (``_Body``), what it left is
+drained before the answer's head (or the connection closes), and werkzeug's
+``Connection: close`` is dropped when the connection can carry another request.
+Open connections are tracked, so that ``close`` can cut them, and counted, so
+that tests and benchmarks see whether clients reuse them.
 
-With a TLS context, each accepted socket is wrapped in the handler's own
-thread and the handshake happens there too: the accepting thread never
-waits on a slow (or silent) client's handshake.
+One werkzeug detail no overridable method reaches: after an answer, ``run_wsgi``
+discards what it can read from ``self.rfile``, on a kept-alive connection the
+next request; ``make_environ`` leaves it an empty stream. pyproject bounds
+werkzeug below its next minor release and ``tests/emulator/test_httpd.py``
+checks the seam: raising the bound is deliberate.
 """
 
 from __future__ import annotations
@@ -22,10 +27,15 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wsgi import ClosingIterator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger("createos_sync.emulator")
 
@@ -68,6 +78,10 @@ class _Body(io.RawIOBase):
         return self.finished
 
 
+class _BadLength(Exception):
+    """A request whose Content-Length is not a number: its body's end is unknown."""
+
+
 class Connections:
     """The sockets of the requests being served or kept alive."""
 
@@ -94,9 +108,11 @@ class Connections:
 
 
 class _Handler(WSGIRequestHandler):
-    protocol_version = "HTTP/1.1"
     connections: ClassVar[Connections]
     tls: ClassVar[ssl.SSLContext | None] = None
+    _body: _Body | None = None  # the request being answered, once its environ is made
+    _keep_alive = False  # decided when the answer's head goes out
+    _answering = False  # the answer's head went out
 
     def setup(self) -> None:
         # Headers and body go out in separate writes; without this, Nagle's
@@ -130,77 +146,65 @@ class _Handler(WSGIRequestHandler):
     def handle_one_request(self) -> None:
         # Waiting for the next request on a kept-alive connection may time out.
         self.connection.settimeout(IDLE_TIMEOUT)
+        self._body, self._keep_alive, self._answering = None, False, False
         super().handle_one_request()
 
     def run_wsgi(self) -> None:
-        self.connection.settimeout(None)
-        if self.headers.get("Expect", "").lower().strip() == "100-continue":
-            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        environ = self.make_environ()
-        body = _request_body(environ)
-        if body is None:
-            self.send_error(400, "bad Content-Length")
-            return
-        environ["wsgi.input"] = body
-        environ["wsgi.input_terminated"] = True
-        state: dict[str, Any] = {"status": None, "headers": None, "sent": False, "chunked": False}
-
-        def start_response(status: str, headers: list[tuple[str, str]], _exc: Any = None) -> Any:
-            state["status"], state["headers"] = status, headers
-            return write
-
-        def write(data: bytes) -> None:
-            if not state["sent"]:
-                self._send_head(state, environ, body)
-            if data and environ["REQUEST_METHOD"] != "HEAD":
-                if state["chunked"]:
-                    data = b"%x\r\n%s\r\n" % (len(data), data)
-                self.wfile.write(data)
-            self.wfile.flush()
-
+        self.connection.settimeout(None)  # inside a request, a stream may be quiet for long
+        if self.request_version != "HTTP/1.1":
+            self.protocol_version = "HTTP/1.0"  # werkzeug would answer it in chunks
+        stream = self.rfile
         try:
-            app_iter: Iterable[bytes] = self.server.app(environ, start_response)
-            try:
-                for chunk in app_iter:
-                    write(chunk)
-                if not state["sent"]:
-                    write(b"")
-                if state["chunked"]:
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-            finally:
-                close = getattr(app_iter, "close", None)
-                if close is not None:
-                    close()
-        except (ConnectionError, TimeoutError, OSError):
+            super().run_wsgi()
+        except _BadLength:
+            self.send_error(400, "bad Content-Length")
+        except OSError:  # the connection failed mid-answer (werkzeug handles ConnectionError)
             self.close_connection = True
-        except Exception:
+        except Exception:  # passthrough_errors: werkzeug would keep half an answer's connection
             log.exception("emulator request handler failed")
             self.close_connection = True
-            if not state["sent"]:
-                self.send_error(500)
+            if not self._answering:
+                with contextlib.suppress(OSError):
+                    self.send_error(500)
+        finally:
+            self.rfile = stream
 
-    def _send_head(self, state: dict[str, Any], environ: dict[str, Any], body: _Body) -> None:
-        state["sent"] = True
-        code_text, _, reason = str(state["status"]).partition(" ")
-        code = int(code_text)
-        if not body.drain():
-            self.close_connection = True
-        self.send_response(code, reason)
-        names = set()
-        for key, value in state["headers"]:
-            self.send_header(key, value)
-            names.add(key.lower())
-        bodiless = environ["REQUEST_METHOD"] == "HEAD" or code < 200 or code in (204, 304)
-        if "content-length" not in names and not bodiless:
-            if self.request_version == "HTTP/1.1":
-                state["chunked"] = True
-                self.send_header("Transfer-Encoding", "chunked")
-            else:  # an HTTP/1.0 client reads the body until the connection closes
-                self.close_connection = True
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
+    def make_environ(self) -> WSGIEnvironment:
+        environ = super().make_environ()
+        if environ.get("wsgi.input_terminated"):  # chunked, de-chunked by werkzeug
+            length = None
+        else:
+            raw = environ.get("CONTENT_LENGTH") or "0"
+            if not raw.isdigit():
+                raise _BadLength
+            length = int(raw)
+        self._body = _Body(environ["wsgi.input"], length)
+        environ["wsgi.input"] = self._body
+        environ["wsgi.input_terminated"] = True
+        # After the answer, run_wsgi discards what self.rfile still holds: on a
+        # kept-alive connection that is the next request, so it finds nothing.
+        self.rfile = io.BytesIO()
+        return environ
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # The head goes out: the connection stays open if the request was read whole.
+        body = self._body
+        drained = body is not None and body.drain()
+        self._keep_alive = (
+            drained and not self.close_connection and self.protocol_version >= "HTTP/1.1"
+        )
+        self._answering = True
+        super().send_response(code, message)
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if self._keep_alive and keyword.lower() == "connection" and value.lower() == "close":
+            return  # werkzeug's, on every answer
+        super().send_header(keyword, value)
+
+    def connection_dropped(
+        self, error: BaseException, environ: WSGIEnvironment | None = None
+    ) -> None:
+        self.close_connection = True
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Never log request lines: queries may carry anything."""
@@ -209,13 +213,17 @@ class _Handler(WSGIRequestHandler):
         log.debug("http server %s: %s", type, message % args if args else message)
 
 
-def _request_body(environ: dict[str, Any]) -> _Body | None:
-    if environ.get("wsgi.input_terminated"):  # chunked, already de-chunked by werkzeug
-        return _Body(environ["wsgi.input"], None)
-    raw = environ.get("CONTENT_LENGTH") or "0"
-    if not raw.isdigit():
-        return None
-    return _Body(environ["wsgi.input"], int(raw))
+def _bodiless_head(app: WSGIApplication) -> WSGIApplication:
+    """The app, its answers to HEAD without a body: werkzeug writes whatever the app yields
+    (werkzeug's ``Response`` yields nothing to HEAD; a preview's refusal yields its text)."""
+
+    def answer(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        body = app(environ, start_response)
+        if environ["REQUEST_METHOD"] != "HEAD":
+            return body
+        return ClosingIterator((), getattr(body, "close", None))
+
+    return answer
 
 
 def serve(
@@ -234,7 +242,14 @@ def serve(
 
     Handler.tls = tls
     try:
-        server = make_server(host, port, app, threaded=True, request_handler=Handler)
+        server = make_server(
+            host,
+            port,
+            _bodiless_head(app),
+            threaded=True,
+            request_handler=Handler,
+            passthrough_errors=True,  # errors are the handler's: see run_wsgi
+        )
     except SystemExit:  # werkzeug exits the process when it cannot bind
         raise OSError(f"cannot listen on {host}:{port}") from None
     server.ssl_context = tls  # werkzeug: wsgi.url_scheme "https", SSL errors logged quietly
