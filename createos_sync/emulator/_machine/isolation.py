@@ -40,6 +40,7 @@ forks for the command; see ``_terminal``.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -50,11 +51,13 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import userns as _userns
+from .diskbind import MOUNT_POINT_REFUSED, REFUSED
 from .layers import Overlays
 from .layers import probe as probe_overlays
-from .storage import MOUNTS, Layered, Storage
+from .storage import MOUNTS, Layered, OverlayAt, Storage
 from .terminal import with_controlling_tty
 
 log = logging.getLogger("createos_sync.emulator")
@@ -69,6 +72,9 @@ PROBE_TIMEOUT = 10.0
 # bubblewrap mounts that file at REPORTER_MOUNT.
 REPORTER = str(Path(__file__).resolve().with_name("reporter.py"))
 REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
+# Mounts a sandbox's disks by descriptor, then runs bubblewrap (``diskmount``).
+DISK_MOUNTER = str(Path(__file__).resolve().with_name("diskmount.py"))
+DISK_REFUSALS = {"sub_path": REFUSED, "mount point": MOUNT_POINT_REFUSED}
 
 
 def sandbox_paths_pattern(mounts: Iterable[str]) -> re.Pattern[str]:
@@ -279,7 +285,10 @@ class Bubblewrap:
         bound by the descriptor opened beneath it."""
         layered = self.layered(storage)
         for mount in sorted(storage.binds):  # outer ones first: an inner one is made in them
-            storage.make_mount_point(mount, layered)
+            storage.make_mount_point(mount, layered)  # a clear refusal, before any process
+        if storage.binds and self._mounts_disks():  # closes the race the check leaves
+            plan = storage.disk_mounts(self._overlay_at(storage))
+            return self._launch(storage, argv, cwd, env, status_fds, [], plan, terminal=terminal)
         disks = _open_disks(storage)
         try:
             return self._launch(storage, argv, cwd, env, status_fds, disks, terminal=terminal)
@@ -287,6 +296,16 @@ class Bubblewrap:
             for fd, _ in disks:
                 os.close(fd)
             raise
+
+    def _mounts_disks(self) -> bool:
+        """Whether ``diskmount`` can mount the disks in a namespace of its own: as root, or
+        in the user namespace of the sandbox's layer. Else bubblewrap binds them (its mount
+        point checked just before: see RELIABILITY.md for the window that leaves)."""
+        return bool(sys.executable) and (os.geteuid() == 0 or self.overlays is not None)
+
+    def _overlay_at(self, storage: Storage) -> OverlayAt | None:
+        overlays = self.overlays
+        return None if overlays is None else functools.partial(overlays.mounted_at, storage.root)
 
     def _launch(
         self,
@@ -296,6 +315,7 @@ class Bubblewrap:
         env: dict[str, str],
         status_fds: tuple[int, int],
         disks: list[tuple[int, str]],
+        mounted: list[dict[str, Any]] | None = None,
         *,
         terminal: bool,
     ) -> Launch:
@@ -305,6 +325,9 @@ class Bubblewrap:
         else:
             cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
+        if mounted is not None:  # the disks, mounted by descriptor before bubblewrap starts
+            spec = json.dumps({"disks": mounted, "refusals": DISK_REFUSALS})
+            cmd = [sys.executable, "-I", "-S", DISK_MOUNTER, spec, "--", *cmd]
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
             cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
@@ -315,6 +338,9 @@ class Bubblewrap:
             cmd += ["--bind", str(_own_copy(storage, target, text)), target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
+        for disk in mounted or ():  # with no tree around them: bound from their stage
+            if disk["base"].get("staged"):
+                cmd += ["--bind", disk["base"]["path"], disk["mount"]]
         for fd, mount in disks:
             cmd += ["--bind-fd", str(fd), mount] if self.bind_fd else [
                 "--bind", f"/proc/self/fd/{fd}", mount

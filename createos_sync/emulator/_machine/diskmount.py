@@ -1,0 +1,131 @@
+"""Mount a sandbox's disks by descriptor in a mount namespace of their own, then run bubblewrap.
+
+Run as a script (``python -I -S diskmount.py SPEC -- bwrap ...``), between
+``nsenter`` into the sandbox's layer (if it has one) and bubblewrap.
+
+Why: bubblewrap makes a bind's mount point itself, with ``mkdir`` on the
+path ``/newroot/<mount point>``, following every symlink on the way, while
+the host's root is still reachable at ``/oldroot``. The emulator makes each
+mount point beneath the sandbox's tree first (``Storage.make_mount_point``),
+but another command of the same sandbox, running at that very moment, could
+swap a parent of the mount point for a link to ``/oldroot/<host dir>``
+after that check and before bubblewrap's ``mkdir``: one empty directory on
+the host. (bubblewrap's ``--bind-fd`` does not help either: it turns the
+descriptor back into a path, ``realpath`` of ``/proc/self/fd/N``, and mounts
+that path, looked up again.)
+
+So bubblewrap is given no disk mount point to make in a tree the sandbox
+can write. This script, alone in a new mount namespace (private: nothing
+propagates back), does each disk's mount itself, by descriptor only: the
+disk's directory is opened beneath its bucket and the mount point made and
+opened beneath the directory that holds it (the sandbox's storage, its
+overlay, or the disk around it), no symlink followed at all (``beneath``,
+``RESOLVE_NO_SYMLINKS``); the disk is cloned from its descriptor
+(``open_tree``) and attached on the mount point's descriptor
+(``move_mount``). No path is looked up between the check and the mount:
+whatever a command swaps meanwhile, the directories opened are the ones the
+check walked, and a link on the way refuses the command (exit 126). Then
+bubblewrap, started in this namespace, binds the storage and the overlays
+recursively (``--bind``): the disks come along, already mounted.
+
+A disk whose mount point is in no tree the sandbox can write (without a
+layer, ``/mnt/x`` is in bubblewrap's own fresh root) is mounted on an
+emulator's staging directory instead, which bubblewrap binds at the mount
+point: it makes the parents in its fresh root, where no command reaches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same numbers on every architecture
+CLONE_NEWNS = 0x00020000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+OPEN_TREE_CLONE, AT_EMPTY_PATH, AT_RECURSIVE = 1, 0x1000, 0x8000
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+REFUSED_EXIT = 126  # as a command the emulator refuses before starting it
+
+
+class Refused(Exception):
+    """A disk's sub path or mount point leads through a link: the command is refused."""
+
+
+def main(argv: list[str]) -> int:
+    spec, command = json.loads(argv[1]), argv[3:]
+    assert argv[2] == "--" and command, "usage: diskmount.py SPEC -- COMMAND..."
+    libc = ctypes.CDLL(None, use_errno=True)
+    _check(libc.unshare(CLONE_NEWNS))
+    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
+    try:
+        mount_disks(libc, spec["disks"])
+    except Refused as refused:
+        print(f"createos-emulator: {spec['refusals'][str(refused)]}", file=sys.stderr)
+        return REFUSED_EXIT
+    os.execvp(command[0], command)
+
+
+def mount_disks(libc: ctypes.CDLL, disks: list[dict[str, Any]]) -> None:
+    """Each disk, outer ones first, cloned and attached by descriptor; see the docstring."""
+    beneath = _beneath()
+    trees: list[int] = []  # each disk's attached mount: the base of the disks inside it
+    for disk in disks:
+        source = _opened(beneath, disk["bucket"], disk["sub"], "sub_path", create=True)
+        try:
+            tree = _check(libc.syscall(SYS_OPEN_TREE, source, b"", _tree_flags()))
+        finally:
+            os.close(source)
+        trees.append(tree)
+        base = disk["base"]
+        where = os.dup(trees[base["disk"]]) if "disk" in base else base["path"]
+        target = _opened(beneath, where, disk["below"], "mount point", create=True)
+        try:
+            flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+            _check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", target, b"", flags))
+        finally:
+            os.close(target)
+
+
+def _opened(beneath: Any, base: str | int, below: str, what: str, *, create: bool) -> int:
+    """The directory ``below`` beneath ``base`` (a trusted path, or a descriptor this takes),
+    reached with no symlink followed."""
+    fd = base if isinstance(base, int) else beneath.open_base(base)
+    try:
+        parts = [part for part in below.split("/") if part]
+        return int(beneath.open_directory(fd, parts, create=create, links=False))
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR, errno.EEXIST):
+            raise Refused(what) from None
+        raise
+    finally:
+        os.close(fd)
+
+
+def _tree_flags() -> int:
+    return OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH | os.O_CLOEXEC
+
+
+def _check(result: int) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def _beneath() -> Any:
+    """``beneath`` beside this file: run with ``-I -S``, this script imports no package."""
+    spec = importlib.util.spec_from_file_location("beneath", Path(__file__).with_name("beneath.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

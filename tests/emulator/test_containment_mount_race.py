@@ -1,0 +1,88 @@
+"""Containment, round 5 (issue 35's residual): a mount point swapped while bubblewrap starts.
+
+The round-4 check makes each disk's mount point beneath the sandbox's tree
+before bubblewrap runs; a command of the same sandbox running at that very
+moment could still swap a parent of the mount point for a link to the host
+between that check and bubblewrap's own ``mkdir`` of the mount point. The
+race is forced here: the swap is made (as the concurrent command would make
+it, through the sandbox's own tree) right after the check, every time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from createos_sync.emulator._machine.storage import Layered, Storage
+
+from .helpers import Api
+from .test_containment_round4 import DISK, assert_untouched, host_dir, run
+
+MOUNT_PATHS = ["/workspace/a/b", "/mnt/a/b", "/workspace/x/y/z"]
+
+
+@pytest.fixture
+def swap_after_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Path]]]:
+    """Once a mount point ``(mount, host dir)`` listed here was checked, swap its parent for
+    a link to ``/oldroot/<host dir>`` (the host, while bubblewrap sets up): the instant a
+    concurrent command of the sandbox would win the race."""
+    armed: list[tuple[str, Path]] = []
+    check = Storage.make_mount_point
+
+    def check_then_swap(self: Storage, mount: str, layered: Layered | None) -> None:
+        check(self, mount, layered)
+        for armed_mount, target in list(armed):
+            if armed_mount == mount:
+                armed.remove((armed_mount, target))
+                parent = mount.rsplit("/", 1)[0]
+                base, relative = self.place(parent, layered)
+                try:
+                    os.rename(relative, relative + ".old", src_dir_fd=base, dst_dir_fd=base)
+                    os.symlink(f"/oldroot{target}", relative, dir_fd=base)
+                finally:
+                    os.close(base)
+
+    monkeypatch.setattr(Storage, "make_mount_point", check_then_swap)
+    yield armed
+
+
+@pytest.mark.parametrize("mount_path", MOUNT_PATHS)
+def test_a_parent_swapped_while_bubblewrap_starts_never_makes_a_host_directory(
+    bwrap_api: Api, tmp_path: Path, mount_path: str, swap_after_check: list[tuple[str, Path]]
+) -> None:
+    target = host_dir(tmp_path)
+    disk_id = bwrap_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = bwrap_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": mount_path}])
+    assert run(bwrap_api, sandbox, f"touch {mount_path}/seed")["exit_code"] == 0
+    swap_after_check.append((mount_path, target))
+    raced = run(bwrap_api, sandbox, "echo raced")
+    assert not swap_after_check  # the swap was made, after the check
+    assert_untouched(target)
+    # Refused, as the check would have refused it (never mounted through the link).
+    assert raced["exit_code"] != 0, raced
+    assert "mount point leads through a symlink" in raced["stderr"], raced
+    # The link removed and the directory put back, the disk mounts again, with its file.
+    parent = mount_path.rsplit("/", 1)[0]
+    repair = run(bwrap_api, sandbox, "true")
+    assert repair["exit_code"] != 0  # the link is still there: refused by the check
+    storage_fix = f"rm {parent} && mv {parent}.old {parent}"
+    swap_after_check.clear()
+    fixed = _run_unmounted(bwrap_api, sandbox, disk_id, mount_path, storage_fix)
+    assert fixed["exit_code"] == 0, fixed
+    assert run(bwrap_api, sandbox, f"ls {mount_path}")["stdout"] == "seed\n"
+    assert_untouched(target)
+
+
+def _run_unmounted(
+    api: Api, sandbox: str, disk_id: str, mount_path: str, script: str
+) -> dict[str, object]:
+    """Run ``script`` with the disk detached, then attach it again."""
+    detach = f"/v1/sandboxes/{sandbox}/disks/{disk_id}"
+    api.data("DELETE", detach, params={"mount_path": mount_path})
+    result = run(api, sandbox, script)
+    mount = {"disk_id": disk_id, "mount_path": mount_path}
+    api.data("POST", f"/v1/sandboxes/{sandbox}/disks", json=mount)
+    return result
