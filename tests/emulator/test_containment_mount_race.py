@@ -86,3 +86,87 @@ def _run_unmounted(
     mount = {"disk_id": disk_id, "mount_path": mount_path}
     api.data("POST", f"/v1/sandboxes/{sandbox}/disks", json=mount)
     return result
+
+
+@pytest.fixture
+def unlayered_api(bwrap_api: Api) -> Api:
+    """bubblewrap with no writable layer: a read-only root of bubblewrap's own."""
+    isolation = bwrap_api.emu._require_store().isolation
+    isolation.overlays = None  # type: ignore[union-attr]
+    return bwrap_api
+
+
+def test_without_a_layer_the_race_is_closed_too(
+    unlayered_api: Api, tmp_path: Path, swap_after_check: list[tuple[str, Path]]
+) -> None:
+    target = host_dir(tmp_path)
+    disk_id = unlayered_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = unlayered_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": "/workspace/a/b"}])
+    swap_after_check.append(("/workspace/a/b", target))
+    raced = run(unlayered_api, sandbox, "echo raced")
+    assert not swap_after_check
+    assert raced["exit_code"] != 0 and "mount point leads through a symlink" in raced["stderr"]
+    assert_untouched(target)
+
+
+def test_without_a_layer_a_disk_outside_the_storage_is_bound_from_its_stage(
+    unlayered_api: Api,
+) -> None:
+    """/mnt/a/b is in bubblewrap's fresh root, which no command writes: the disk is mounted
+    on the emulator's staging directory, and bubblewrap binds that (an inner disk too)."""
+    disk_id = unlayered_api.data("POST", "/v1/disks", json=DISK)["id"]
+    disks = [{"disk_id": disk_id, "mount_path": "/mnt/a/b"},
+             {"disk_id": disk_id, "mount_path": "/mnt/a/b/in", "sub_path": "job"}]  # fmt: skip
+    sandbox = unlayered_api.sandbox(disks=disks)
+    wrote = run(unlayered_api, sandbox, "echo hi > /mnt/a/b/in/f && cat /mnt/a/b/job/f")
+    assert wrote["stdout"] == "hi\n", wrote
+    read = unlayered_api.call(
+        "GET", f"/v1/sandboxes/{sandbox}/files", params={"path": "/mnt/a/b/in/f"}
+    )
+    assert read.status_code == 200 and read.content == b"hi\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the documented limit: where diskmount cannot work (an unprivileged emulator "
+    "without a layer, a kernel before 5.2), bubblewrap makes the mount point itself, and a "
+    "swap in that instant makes one empty host directory",
+)
+def test_where_disks_cannot_be_mounted_first_the_window_remains(
+    bwrap_api: Api,
+    tmp_path: Path,
+    swap_after_check: list[tuple[str, Path]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from createos_sync.emulator._machine import isolation
+
+    monkeypatch.setattr(isolation, "mounter_works", lambda: False)
+    target = host_dir(tmp_path)
+    disk_id = bwrap_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = bwrap_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": "/workspace/a/b"}])
+    swap_after_check.append(("/workspace/a/b", target))
+    run(bwrap_api, sandbox, "echo raced")
+    assert_untouched(target)
+
+
+def test_the_probe_says_when_disks_cannot_be_mounted_first(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from createos_sync.emulator._machine import diskbind
+
+    diskbind.mounter_works.cache_clear()
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(diskbind, "MOUNTER", "/nonexistent/diskmount.py")
+            assert not diskbind.mounter_works()
+    finally:
+        diskbind.mounter_works.cache_clear()
+    assert "could make one empty directory on this machine" in caplog.text
+    assert diskbind.mounter_works() == (os.geteuid() == 0 or _has_user_namespaces())
+
+
+def _has_user_namespaces() -> bool:
+    import subprocess
+
+    done = subprocess.run(["unshare", "--user", "--mount", "true"], capture_output=True)
+    return done.returncode == 0

@@ -10,9 +10,8 @@ mount point beneath the sandbox's tree first (``Storage.make_mount_point``),
 but another command of the same sandbox, running at that very moment, could
 swap a parent of the mount point for a link to ``/oldroot/<host dir>``
 after that check and before bubblewrap's ``mkdir``: one empty directory on
-the host. (bubblewrap's ``--bind-fd`` does not help either: it turns the
-descriptor back into a path, ``realpath`` of ``/proc/self/fd/N``, and mounts
-that path, looked up again.)
+the host. (``--bind-fd`` gives bubblewrap the disk's directory by
+descriptor, not its mount point: that one is a path, always.)
 
 So bubblewrap is given no disk mount point to make in a tree the sandbox
 can write. This script, alone in a new mount namespace (private: nothing
@@ -32,6 +31,10 @@ A disk whose mount point is in no tree the sandbox can write (without a
 layer, ``/mnt/x`` is in bubblewrap's own fresh root) is mounted on an
 emulator's staging directory instead, which bubblewrap binds at the mount
 point: it makes the parents in its fresh root, where no command reaches.
+
+Where this cannot work (no mount namespace for an unprivileged emulator
+without a layer, or a kernel before 5.2: ``--probe``), bubblewrap binds the
+disks as before, and the emulator says once that the window remains.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same numbers on every architecture
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
 OPEN_TREE_CLONE, AT_EMPTY_PATH, AT_RECURSIVE = 1, 0x1000, 0x8000
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
@@ -58,6 +61,8 @@ class Refused(Exception):
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--probe"]:
+        return probe()
     spec, command = json.loads(argv[1]), argv[3:]
     assert argv[2] == "--" and command, "usage: diskmount.py SPEC -- COMMAND..."
     libc = ctypes.CDLL(None, use_errno=True)
@@ -69,6 +74,18 @@ def main(argv: list[str]) -> int:
         print(f"createos-emulator: {spec['refusals'][str(refused)]}", file=sys.stderr)
         return REFUSED_EXIT
     os.execvp(command[0], command)
+
+
+def probe() -> int:
+    """0 where this can work: a mount namespace of its own (as root, else in a user namespace
+    of its own, as in a sandbox's layer) and the mount API (Linux 5.2+)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0 and libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        return 1
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return 1
+    tree = libc.syscall(SYS_OPEN_TREE, -100, b"/", OPEN_TREE_CLONE | os.O_CLOEXEC)  # AT_FDCWD
+    return 1 if tree < 0 else 0
 
 
 def mount_disks(libc: ctypes.CDLL, disks: list[dict[str, Any]]) -> None:

@@ -40,7 +40,6 @@ forks for the command; see ``_terminal``.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
@@ -54,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from . import userns as _userns
-from .diskbind import MOUNT_POINT_REFUSED, REFUSED
+from .diskbind import has_bind_fd, mounter_argv, mounter_works, open_binds
 from .layers import Overlays
 from .layers import probe as probe_overlays
 from .storage import MOUNTS, Layered, OverlayAt, Storage
@@ -72,9 +71,6 @@ PROBE_TIMEOUT = 10.0
 # bubblewrap mounts that file at REPORTER_MOUNT.
 REPORTER = str(Path(__file__).resolve().with_name("reporter.py"))
 REPORTER_MOUNT = "/run/createos-emulator/reporter.py"
-# Mounts a sandbox's disks by descriptor, then runs bubblewrap (``diskmount``).
-DISK_MOUNTER = str(Path(__file__).resolve().with_name("diskmount.py"))
-DISK_REFUSALS = {"sub_path": REFUSED, "mount point": MOUNT_POINT_REFUSED}
 
 
 def sandbox_paths_pattern(mounts: Iterable[str]) -> re.Pattern[str]:
@@ -217,7 +213,7 @@ class Bubblewrap:
         self._python = python
         self._userns = userns  # root only: root inside a user namespace of its own
         # Binds a disk by its descriptor (else by /proc/self/fd/N: the same directory).
-        self.bind_fd = _has_bind_fd(executable)
+        self.bind_fd = has_bind_fd(executable)
         self._users = users  # root only: a user namespace with users in it (``userns``)
         self.overlays: Overlays | None = None  # set once probed: a writable layer
         self._copies: dict[str, str] = {}
@@ -289,7 +285,7 @@ class Bubblewrap:
         if storage.binds and self._mounts_disks():  # closes the race the check leaves
             plan = storage.disk_mounts(self._overlay_at(storage))
             return self._launch(storage, argv, cwd, env, status_fds, [], plan, terminal=terminal)
-        disks = _open_disks(storage)
+        disks = open_binds(storage.binds)
         try:
             return self._launch(storage, argv, cwd, env, status_fds, disks, terminal=terminal)
         except BaseException:
@@ -299,9 +295,10 @@ class Bubblewrap:
 
     def _mounts_disks(self) -> bool:
         """Whether ``diskmount`` can mount the disks in a namespace of its own: as root, or
-        in the user namespace of the sandbox's layer. Else bubblewrap binds them (its mount
-        point checked just before: see RELIABILITY.md for the window that leaves)."""
-        return bool(sys.executable) and (os.geteuid() == 0 or self.overlays is not None)
+        in the user namespace of the sandbox's layer. Else bubblewrap binds them, and says
+        so once (its mount point checked just before: see RELIABILITY.md for the window
+        that leaves)."""
+        return (os.geteuid() == 0 or self.overlays is not None) and mounter_works()
 
     def _overlay_at(self, storage: Storage) -> OverlayAt | None:
         overlays = self.overlays
@@ -326,8 +323,7 @@ class Bubblewrap:
             cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
         if mounted is not None:  # the disks, mounted by descriptor before bubblewrap starts
-            spec = json.dumps({"disks": mounted, "refusals": DISK_REFUSALS})
-            cmd = [sys.executable, "-I", "-S", DISK_MOUNTER, spec, "--", *cmd]
+            cmd = mounter_argv(mounted) + cmd
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
             cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
@@ -363,29 +359,6 @@ class Bubblewrap:
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         kept = () if self._users is None else (self._users,)
         return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks), kept)
-
-
-@functools.cache
-def _has_bind_fd(executable: str) -> bool:
-    """Whether this bubblewrap has ``--bind-fd`` (not every distribution's does)."""
-    try:
-        shown = subprocess.run([executable, "--help"], capture_output=True, timeout=PROBE_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return b"--bind-fd" in shown.stdout + shown.stderr
-
-
-def _open_disks(storage: Storage) -> list[tuple[int, str]]:
-    """(Descriptor, mount path) of every disk, outer mounts first; all closed on a refusal."""
-    opened: list[tuple[int, str]] = []
-    try:
-        for mount, bind in sorted(storage.binds.items()):
-            opened.append((bind.open(), mount))
-    except BaseException:
-        for fd, _ in opened:
-            os.close(fd)
-        raise
-    return opened
 
 
 def _own_copy(storage: Storage, target: str, text: str) -> Path:
