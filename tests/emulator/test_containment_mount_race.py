@@ -128,9 +128,9 @@ def test_without_a_layer_a_disk_outside_the_storage_is_bound_from_its_stage(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the documented limit: where diskmount cannot work (an unprivileged emulator "
-    "without a layer, a kernel before 5.2), bubblewrap makes the mount point itself, and a "
-    "swap in that instant makes one empty host directory",
+    reason="the documented limit: where diskmount cannot work (no mount namespace can be "
+    "made, not even in a user namespace; a kernel before 5.2), bubblewrap makes the mount "
+    "point itself, and a swap in that instant makes one empty host directory",
 )
 def test_where_disks_cannot_be_mounted_first_the_window_remains(
     bwrap_api: Api,

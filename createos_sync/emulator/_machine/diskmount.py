@@ -32,9 +32,9 @@ layer, ``/mnt/x`` is in bubblewrap's own fresh root) is mounted on an
 emulator's staging directory instead, which bubblewrap binds at the mount
 point: it makes the parents in its fresh root, where no command reaches.
 
-Where this cannot work (no mount namespace for an unprivileged emulator
-without a layer, or a kernel before 5.2: ``--probe``), bubblewrap binds the
-disks as before, and the emulator says once that the window remains.
+Where this cannot work (no mount namespace can be made, not even in a user
+namespace, or a kernel before 5.2: ``--probe``), bubblewrap binds the disks
+as before, and the emulator says once that the window remains.
 """
 
 from __future__ import annotations
@@ -66,8 +66,7 @@ def main(argv: list[str]) -> int:
     spec, command = json.loads(argv[1]), argv[3:]
     assert argv[2] == "--" and command, "usage: diskmount.py SPEC -- COMMAND..."
     libc = ctypes.CDLL(None, use_errno=True)
-    _check(libc.unshare(CLONE_NEWNS))
-    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
+    own_mount_namespace(libc)
     try:
         mount_disks(libc, spec["disks"])
     except Refused as refused:
@@ -77,15 +76,29 @@ def main(argv: list[str]) -> int:
 
 
 def probe() -> int:
-    """0 where this can work: a mount namespace of its own (as root, else in a user namespace
-    of its own, as in a sandbox's layer) and the mount API (Linux 5.2+)."""
+    """0 where this can work: a mount namespace of its own, and the mount API (Linux 5.2+)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0 and libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+    try:
+        own_mount_namespace(libc)
+    except OSError:
         return 1
-    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return 1
-    tree = libc.syscall(SYS_OPEN_TREE, -100, b"/", OPEN_TREE_CLONE | os.O_CLOEXEC)  # AT_FDCWD
+    flags = OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC  # whole: a user namespace locks "/"
+    tree = libc.syscall(SYS_OPEN_TREE, -100, b"/", flags)  # AT_FDCWD
     return 1 if tree < 0 else 0
+
+
+def own_mount_namespace(libc: ctypes.CDLL) -> None:
+    """A private mount namespace: as root (or in the user namespace of the sandbox's layer)
+    directly; else in a user namespace of its own where this user stays who it is (an
+    unprivileged bubblewrap then makes its own inside)."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        uid, gid = os.getuid(), os.getgid()
+        _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS))
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
 
 
 def mount_disks(libc: ctypes.CDLL, disks: list[dict[str, Any]]) -> None:

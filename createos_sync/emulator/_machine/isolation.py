@@ -294,11 +294,10 @@ class Bubblewrap:
             raise
 
     def _mounts_disks(self) -> bool:
-        """Whether ``diskmount`` can mount the disks in a namespace of its own: as root, or
-        in the user namespace of the sandbox's layer. Else bubblewrap binds them, and says
-        so once (its mount point checked just before: see RELIABILITY.md for the window
-        that leaves)."""
-        return (os.geteuid() == 0 or self.overlays is not None) and mounter_works()
+        """Whether ``diskmount`` can mount the disks in a namespace of its own. Else
+        bubblewrap binds them, as the emulator says once (their mount points checked just
+        before: see RELIABILITY.md for the window that leaves)."""
+        return mounter_works()
 
     def _overlay_at(self, storage: Storage) -> OverlayAt | None:
         overlays = self.overlays
