@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import logging
 import os
 import subprocess
@@ -28,17 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from .beneath import open_base, open_directory
+from .diskmount import MOUNT_POINT_REFUSED, REFUSED
 
 log = logging.getLogger("createos_sync.emulator")
-
-REFUSED = (
-    "a disk's sub_path leads through a symlink or a non-directory, which is never "
-    "followed: refused (remove the link through a mount of the whole disk)"
-)
-MOUNT_POINT_REFUSED = (
-    "a disk's mount point leads through a symlink or a non-directory, which is never "
-    "followed: refused (detach the disk, remove the link, attach it again)"
-)
 
 
 # Mounts a sandbox's disks by descriptor, then runs bubblewrap (see ``diskmount``).
@@ -97,8 +88,12 @@ class DiskBind:
 def mounter_argv(plan: list[dict[str, Any]]) -> list[str]:
     """The command prefix that mounts the disks of ``plan`` (``Storage.disk_mounts``) by
     descriptor, then runs the rest (bubblewrap)."""
-    spec = {"disks": plan, "refusals": {"sub_path": REFUSED, "mount point": MOUNT_POINT_REFUSED}}
-    return [sys.executable, "-I", "-S", MOUNTER, json.dumps(spec), "--"]
+    fields: list[str] = []
+    for disk in plan:
+        base = disk["base"]
+        where = f"@{base['disk']}" if "disk" in base else base["path"]
+        fields += [disk["bucket"], disk["sub"], where, disk["below"]]
+    return [sys.executable, "-I", "-S", MOUNTER, str(len(plan)), *fields, "--"]
 
 
 @functools.cache

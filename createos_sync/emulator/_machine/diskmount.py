@@ -41,11 +41,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import importlib.util
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same numbers on every architecture
@@ -54,6 +51,14 @@ MS_REC, MS_PRIVATE = 0x4000, 0x40000
 OPEN_TREE_CLONE, AT_EMPTY_PATH, AT_RECURSIVE = 1, 0x1000, 0x8000
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 REFUSED_EXIT = 126  # as a command the emulator refuses before starting it
+REFUSED = (
+    "a disk's sub_path leads through a symlink or a non-directory, which is never "
+    "followed: refused (remove the link through a mount of the whole disk)"
+)
+MOUNT_POINT_REFUSED = (
+    "a disk's mount point leads through a symlink or a non-directory, which is never "
+    "followed: refused (detach the disk, remove the link, attach it again)"
+)
 
 
 class Refused(Exception):
@@ -61,16 +66,19 @@ class Refused(Exception):
 
 
 def main(argv: list[str]) -> int:
+    """``diskmount.py N (BUCKET SUB BASE BELOW){N} -- COMMAND...``: BASE is a trusted path,
+    or ``@i``, the i-th disk's mount; BELOW is the mount point's path beneath it."""
     if argv[1:] == ["--probe"]:
         return probe()
-    spec, command = json.loads(argv[1]), argv[3:]
-    assert argv[2] == "--" and command, "usage: diskmount.py SPEC -- COMMAND..."
+    count = int(argv[1])
+    fields, command = argv[2 : 2 + 4 * count], argv[3 + 4 * count :]
+    assert argv[2 + 4 * count] == "--" and command, "usage: see main's docstring"
     libc = ctypes.CDLL(None, use_errno=True)
     own_mount_namespace(libc)
     try:
-        mount_disks(libc, spec["disks"])
+        mount_disks(libc, [fields[i : i + 4] for i in range(0, len(fields), 4)])
     except Refused as refused:
-        print(f"createos-emulator: {spec['refusals'][str(refused)]}", file=sys.stderr)
+        print(f"createos-emulator: {refused}", file=sys.stderr)
         return REFUSED_EXIT
     os.execvp(command[0], command)
 
@@ -101,20 +109,19 @@ def own_mount_namespace(libc: ctypes.CDLL) -> None:
     _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
 
 
-def mount_disks(libc: ctypes.CDLL, disks: list[dict[str, Any]]) -> None:
+def mount_disks(libc: ctypes.CDLL, disks: list[list[str]]) -> None:
     """Each disk, outer ones first, cloned and attached by descriptor; see the docstring."""
     beneath = _beneath()
     trees: list[int] = []  # each disk's attached mount: the base of the disks inside it
-    for disk in disks:
-        source = _opened(beneath, disk["bucket"], disk["sub"], "sub_path", create=True)
+    for bucket, sub, base, below in disks:
+        source = _opened(beneath, bucket, sub, REFUSED)
         try:
             tree = _check(libc.syscall(SYS_OPEN_TREE, source, b"", _tree_flags()))
         finally:
             os.close(source)
         trees.append(tree)
-        base = disk["base"]
-        where = os.dup(trees[base["disk"]]) if "disk" in base else base["path"]
-        target = _opened(beneath, where, disk["below"], "mount point", create=True)
+        where = os.dup(trees[int(base[1:])]) if base.startswith("@") else base
+        target = _opened(beneath, where, below, MOUNT_POINT_REFUSED)
         try:
             flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
             _check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", target, b"", flags))
@@ -122,16 +129,16 @@ def mount_disks(libc: ctypes.CDLL, disks: list[dict[str, Any]]) -> None:
             os.close(target)
 
 
-def _opened(beneath: Any, base: str | int, below: str, what: str, *, create: bool) -> int:
+def _opened(beneath: Any, base: str | int, below: str, refusal: str) -> int:
     """The directory ``below`` beneath ``base`` (a trusted path, or a descriptor this takes),
-    reached with no symlink followed."""
+    made if missing, reached with no symlink followed."""
     fd = base if isinstance(base, int) else beneath.open_base(base)
     try:
         parts = [part for part in below.split("/") if part]
-        return int(beneath.open_directory(fd, parts, create=create, links=False))
+        return int(beneath.open_directory(fd, parts, create=True, links=False))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR, errno.EEXIST):
-            raise Refused(what) from None
+            raise Refused(refusal) from None
         raise
     finally:
         os.close(fd)
@@ -149,12 +156,10 @@ def _check(result: int) -> int:
 
 
 def _beneath() -> Any:
-    """``beneath`` beside this file: run with ``-I -S``, this script imports no package."""
-    spec = importlib.util.spec_from_file_location("beneath", Path(__file__).with_name("beneath.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``beneath`` beside this file: run with ``-I -S``, this script imports no package (and
+    little else: each import costs every command with a disk its start-up time)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    return __import__("beneath")
 
 
 if __name__ == "__main__":
