@@ -170,3 +170,27 @@ def _has_user_namespaces() -> bool:
 
     done = subprocess.run(["unshare", "--user", "--mount", "true"], capture_output=True)
     return done.returncode == 0
+
+
+def test_a_command_swapping_in_a_loop_never_makes_a_host_directory(
+    bwrap_api: Api, tmp_path: Path
+) -> None:
+    """The race as an attacker runs it, unforced: a background command of the sandbox swaps
+    the mount point's parent for a link to the host and back, in a loop, while 100 commands
+    start (before: a directory ``b`` appeared in the host directory, 5 runs of 5)."""
+    target = host_dir(tmp_path)
+    disk_id = bwrap_api.data("POST", "/v1/disks", json=DISK)["id"]
+    sandbox = bwrap_api.sandbox(disks=[{"disk_id": disk_id, "mount_path": "/mnt/a/b"}])
+    swapper = bwrap_api.process(sandbox, "bash", "-c", (
+        f"while :; do mv /mnt/a /mnt/a.old && ln -s /oldroot{target} /mnt/a; "
+        "rm -f /mnt/a; mv /mnt/a.old /mnt/a; done"
+    ))  # fmt: skip
+    try:
+        refused = 0
+        for _ in range(100):
+            result = run(bwrap_api, sandbox, "true")  # refused while the link is there
+            refused += "mount point leads through a symlink" in result["stderr"]
+            assert_untouched(target)
+        assert refused > 0  # the swaps were live: some commands met the link
+    finally:
+        bwrap_api.call("DELETE", bwrap_api.proc_path(sandbox, swapper))
