@@ -74,11 +74,14 @@ def main(argv: list[str]) -> int:
     fields, command = argv[2 : 2 + 4 * count], argv[3 + 4 * count :]
     assert argv[2 + 4 * count] == "--" and command, "usage: see main's docstring"
     libc = ctypes.CDLL(None, use_errno=True)
-    own_mount_namespace(libc)
     try:
+        own_mount_namespace(libc)
         mount_disks(libc, [fields[i : i + 4] for i in range(0, len(fields), 4)])
     except Refused as refused:
         print(f"createos-emulator: {refused}", file=sys.stderr)
+        return REFUSED_EXIT
+    except OSError as exc:  # never started half-mounted: the command does not run
+        print(f"createos-emulator: the disks cannot be mounted: {exc.strerror}", file=sys.stderr)
         return REFUSED_EXIT
     os.execvp(command[0], command)
 
