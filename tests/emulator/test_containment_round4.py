@@ -126,10 +126,14 @@ def test_a_sub_path_swapped_for_a_link_is_refused_to_other_sandboxes(
 
 @pytest.mark.parametrize("bind_fd", [True, False])
 def test_a_bubblewrap_without_bind_fd_binds_the_opened_directory_too(
-    bwrap_api: Api, tmp_path: Path, bind_fd: bool
+    bwrap_api: Api, tmp_path: Path, bind_fd: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where bubblewrap lacks ``--bind-fd``, the disk is bound from /proc/self/fd/N: the
-    directory that was opened, not a path looked up again."""
+    """Where the disks cannot be mounted before bubblewrap starts (``diskmount``) and
+    bubblewrap lacks ``--bind-fd``, the disk is bound from /proc/self/fd/N: the directory
+    that was opened, not a path looked up again."""
+    from createos_sync.emulator._machine import isolation as isolation_module
+
+    monkeypatch.setattr(isolation_module, "mounter_works", lambda: False)
     isolation = bwrap_api.emu._require_store().isolation
     assert isolation.name == "bwrap"
     isolation.bind_fd = bind_fd  # type: ignore[union-attr]

@@ -6,27 +6,39 @@ put a symlink to a host directory in its place, at any moment. So a sub
 path is never resolved once and kept as a host path: at every use (a
 command's bind, the files API, an attach) it is opened afresh beneath the
 bucket's descriptor with no symlink followed on the way (``beneath``), and
-bubblewrap binds the very directory that was opened (``--bind-fd``), so no
-path is looked up again between the check and the mount. A link anywhere
-in the sub path is refused, never followed, even one that stays in the disk.
+the very directory that was opened is mounted: by ``diskmount`` (cloned from
+its descriptor, attached on the mount point's, before bubblewrap starts), or
+where that cannot work, by bubblewrap (``--bind-fd``, which checks that what
+it mounted is that directory). A link anywhere in the sub path is refused,
+never followed, even one that stays in the disk.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
+import logging
 import os
+import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .beneath import open_base, open_directory
+from .diskmount import MOUNT_POINT_REFUSED, REFUSED
 
-REFUSED = (
-    "a disk's sub_path leads through a symlink or a non-directory, which is never "
-    "followed: refused (remove the link through a mount of the whole disk)"
-)
-MOUNT_POINT_REFUSED = (
-    "a disk's mount point leads through a symlink or a non-directory, which is never "
-    "followed: refused (detach the disk, remove the link, attach it again)"
+log = logging.getLogger("createos_sync.emulator")
+
+
+# Mounts a sandbox's disks by descriptor, then runs bubblewrap (see ``diskmount``).
+MOUNTER = str(Path(__file__).resolve().with_name("diskmount.py"))
+PROBE_TIMEOUT = 10.0
+BOUND_BY_BUBBLEWRAP = (
+    "disks cannot be mounted by descriptor here (no mount namespace or mount API): "
+    "bubblewrap binds them, and a command swapping a mount point's parent for a link just "
+    "as another command starts could make one empty directory on this machine"
 )
 
 
@@ -71,3 +83,52 @@ class DiskBind:
         """The host path it stands for: for a check of existence or for plain mode (which
         isolates nothing) only; never followed by a bind or by the files API."""
         return self.bucket / self.sub if self.sub else self.bucket
+
+
+def mounter_argv(plan: list[dict[str, Any]]) -> list[str]:
+    """The command prefix that mounts the disks of ``plan`` (``Storage.disk_mounts``) by
+    descriptor, then runs the rest (bubblewrap)."""
+    fields: list[str] = []
+    for disk in plan:
+        base = disk["base"]
+        where = f"@{base['disk']}" if "disk" in base else base["path"]
+        fields += [disk["bucket"], disk["sub"], where, disk["below"]]
+    return [sys.executable, "-I", "-S", MOUNTER, str(len(plan)), *fields, "--"]
+
+
+@functools.cache
+def mounter_works() -> bool:
+    """Whether ``diskmount`` can work here; if not, says once that bubblewrap binds disks."""
+    probe = [sys.executable, "-I", "-S", MOUNTER, "--probe"]
+    try:
+        works = (
+            bool(sys.executable) and subprocess.run(probe, timeout=PROBE_TIMEOUT).returncode == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    if not works:
+        log.warning(BOUND_BY_BUBBLEWRAP)
+    return works
+
+
+@functools.cache
+def has_bind_fd(executable: str) -> bool:
+    """Whether this bubblewrap has ``--bind-fd`` (not every distribution's does)."""
+    try:
+        shown = subprocess.run([executable, "--help"], capture_output=True, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--bind-fd" in shown.stdout + shown.stderr
+
+
+def open_binds(binds: Mapping[str, DiskBind]) -> list[tuple[int, str]]:
+    """(Descriptor, mount path) of every disk, outer mounts first; all closed on a refusal."""
+    opened: list[tuple[int, str]] = []
+    try:
+        for mount, bind in sorted(binds.items()):
+            opened.append((bind.open(), mount))
+    except BaseException:
+        for fd, _ in opened:
+            os.close(fd)
+        raise
+    return opened

@@ -50,11 +50,13 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import userns as _userns
+from .diskbind import has_bind_fd, mounter_argv, mounter_works, open_binds
 from .layers import Overlays
 from .layers import probe as probe_overlays
-from .storage import MOUNTS, Layered, Storage
+from .storage import MOUNTS, Layered, OverlayAt, Storage
 from .terminal import with_controlling_tty
 
 log = logging.getLogger("createos_sync.emulator")
@@ -211,7 +213,7 @@ class Bubblewrap:
         self._python = python
         self._userns = userns  # root only: root inside a user namespace of its own
         # Binds a disk by its descriptor (else by /proc/self/fd/N: the same directory).
-        self.bind_fd = _has_bind_fd(executable)
+        self.bind_fd = has_bind_fd(executable)
         self._users = users  # root only: a user namespace with users in it (``userns``)
         self.overlays: Overlays | None = None  # set once probed: a writable layer
         self._copies: dict[str, str] = {}
@@ -279,14 +281,27 @@ class Bubblewrap:
         bound by the descriptor opened beneath it."""
         layered = self.layered(storage)
         for mount in sorted(storage.binds):  # outer ones first: an inner one is made in them
-            storage.make_mount_point(mount, layered)
-        disks = _open_disks(storage)
+            storage.make_mount_point(mount, layered)  # a clear refusal, before any process
+        if storage.binds and self._mounts_disks():  # closes the race the check leaves
+            plan = storage.disk_mounts(self._overlay_at(storage))
+            return self._launch(storage, argv, cwd, env, status_fds, [], plan, terminal=terminal)
+        disks = open_binds(storage.binds)
         try:
             return self._launch(storage, argv, cwd, env, status_fds, disks, terminal=terminal)
         except BaseException:
             for fd, _ in disks:
                 os.close(fd)
             raise
+
+    def _mounts_disks(self) -> bool:
+        """Whether ``diskmount`` can mount the disks in a namespace of its own. Else
+        bubblewrap binds them, as the emulator says once (their mount points checked just
+        before: see RELIABILITY.md for the window that leaves)."""
+        return mounter_works()
+
+    def _overlay_at(self, storage: Storage) -> OverlayAt | None:
+        overlays = self.overlays
+        return None if overlays is None else functools.partial(overlays.mounted_at, storage.root)
 
     def _launch(
         self,
@@ -296,6 +311,7 @@ class Bubblewrap:
         env: dict[str, str],
         status_fds: tuple[int, int],
         disks: list[tuple[int, str]],
+        mounted: list[dict[str, Any]] | None = None,
         *,
         terminal: bool,
     ) -> Launch:
@@ -305,6 +321,8 @@ class Bubblewrap:
         else:
             cmd += NO_CAPABILITIES + (USERNS_ARGS if self._userns else [])
         cmd += ["--json-status-fd", str(status_fds[0])]
+        if mounted is not None:  # the disks, mounted by descriptor before bubblewrap starts
+            cmd = mounter_argv(mounted) + cmd
         if self.overlays is not None:
             # The layered root already holds the host's top-level symlinks.
             cmd = self.overlays.enter(storage.root, storage.lowers) + cmd
@@ -315,6 +333,9 @@ class Bubblewrap:
             cmd += ["--bind", str(_own_copy(storage, target, text)), target]
         for mount, _ in MOUNTS:
             cmd += ["--bind", str(storage.dir(mount)), mount]
+        for disk in mounted or ():  # with no tree around them: bound from their stage
+            if disk["base"].get("staged"):
+                cmd += ["--bind", disk["base"]["path"], disk["mount"]]
         for fd, mount in disks:
             cmd += ["--bind-fd", str(fd), mount] if self.bind_fd else [
                 "--bind", f"/proc/self/fd/{fd}", mount
@@ -337,29 +358,6 @@ class Bubblewrap:
         base = {"PATH": BASE_PATH, "HOME": "/home/user", "LANG": "C.UTF-8"}
         kept = () if self._users is None else (self._users,)
         return Launch(cmd, str(storage.root), {**base, **env}, tuple(fd for fd, _ in disks), kept)
-
-
-@functools.cache
-def _has_bind_fd(executable: str) -> bool:
-    """Whether this bubblewrap has ``--bind-fd`` (not every distribution's does)."""
-    try:
-        shown = subprocess.run([executable, "--help"], capture_output=True, timeout=PROBE_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return b"--bind-fd" in shown.stdout + shown.stderr
-
-
-def _open_disks(storage: Storage) -> list[tuple[int, str]]:
-    """(Descriptor, mount path) of every disk, outer mounts first; all closed on a refusal."""
-    opened: list[tuple[int, str]] = []
-    try:
-        for mount, bind in sorted(storage.binds.items()):
-            opened.append((bind.open(), mount))
-    except BaseException:
-        for fd, _ in opened:
-            os.close(fd)
-        raise
-    return opened
 
 
 def _own_copy(storage: Storage, target: str, text: str) -> Path:

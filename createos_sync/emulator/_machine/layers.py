@@ -159,18 +159,23 @@ class Overlays:
         """(Descriptor of an overlay, path below it) of a sandbox path outside the MOUNTS,
         for the files API: opened through the holder's mount namespace, where it is mounted."""
         holder = self._holder(root, lowers, background=False).result(HOLDER_TIMEOUT)
+        mount, below = self.mounted_at(root, path)
+        fd = os.open(f"/proc/{holder.pid}/root{mount}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        if holder.poll() is not None:  # gone: its pid may name another process by now
+            os.close(fd)
+            raise OSError("the sandbox's layer is not mounted")
+        return fd, below
+
+    def mounted_at(self, root: Path, path: str) -> tuple[str, str]:
+        """(Path of an overlay in the holder's namespace, path below it) of a sandbox path
+        outside the MOUNTS."""
         top = "/" + path.strip("/").split("/")[0]
         if top in self.links:  # as the sandbox resolves it: /bin/x is /usr/bin/x
             below = path[len(top) :].strip("/")
             path = posixpath.normpath(posixpath.join("/", self.links[top], below))
             top = "/" + path.strip("/").split("/")[0]
         key, below = (_key(top), path[len(top) :]) if top in self.targets else (ROOT_KEY, path)
-        mount = f"/proc/{holder.pid}/root{root}/.layer-mnt/{key}"
-        fd = os.open(mount, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        if holder.poll() is not None:  # gone: its pid may name another process by now
-            os.close(fd)
-            raise OSError("the sandbox's layer is not mounted")
-        return fd, below.strip("/")
+        return f"{root}/.layer-mnt/{key}", below.strip("/")
 
     def release(self, root: Path) -> None:
         """Unmount the sandbox's layer (its holder exits); its files stay."""

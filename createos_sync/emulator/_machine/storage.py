@@ -25,6 +25,7 @@ import secrets
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .beneath import open_base, open_beneath, open_directory
 from .diskbind import DiskBind, SubPathRefused
@@ -35,6 +36,9 @@ CHUNK = 1 << 20
 NOT_KEPT = frozenset({"proc", "dev", "sys"})  # mounted afresh for every command
 # Where a path outside MOUNTS lives: (descriptor of a host directory, path below it).
 Layered = Callable[[str], tuple[int, str]]
+# Where a path outside MOUNTS lives in a sandbox's layer: (its overlay's path, path below it).
+OverlayAt = Callable[[str], tuple[str, str]]
+STAGE = ".disk-stage"  # where disks with no tree around them are mounted first (diskmount)
 
 
 class PathRefused(Exception):
@@ -156,6 +160,34 @@ class Storage:
             raise
         finally:
             os.close(base)
+
+    def disk_mounts(self, overlay: OverlayAt | None) -> list[dict[str, Any]]:
+        """How ``diskmount`` mounts each disk, outer ones first: its directory (bucket and sub
+        path), and the directory ``base`` beneath which its mount point is made (the disk
+        around it, by index; one of the MOUNTS; the overlay holding it; else, where nothing
+        holds it but bubblewrap's fresh root, a staging directory of the emulator's,
+        ``STAGE``/index, which bubblewrap binds at the mount point)."""
+        ordered = sorted(self.binds.items())
+        plan: list[dict[str, Any]] = []
+        for index, (mount, bind) in enumerate(ordered):
+            outer = [i for i, (m, _) in enumerate(ordered[:index]) if mount.startswith(m + "/")]
+            within = [(m, n) for m, n in MOUNTS if mount == m or mount.startswith(m + "/")]
+            base: dict[str, Any]
+            if outer:  # the deepest disk around it
+                deepest = max(outer, key=lambda i: len(ordered[i][0]))
+                base, below = {"disk": deepest}, mount[len(ordered[deepest][0]) :]
+            elif within:
+                base, below = {"path": str(self.root / within[0][1])}, mount[len(within[0][0]) :]
+            elif overlay is not None:
+                path, below = overlay(mount)
+                base = {"path": path}
+            else:
+                stage = self.root / STAGE / str(index)
+                stage.mkdir(parents=True, exist_ok=True)
+                base, below = {"path": str(stage), "staged": True}, ""
+            plan.append({"bucket": str(bind.bucket), "sub": bind.sub, "base": base,
+                         "below": below.strip("/"), "mount": mount})  # fmt: skip
+        return plan
 
     def make_dirs(self, sandbox_path: str) -> None:
         """``mkdir -p`` of a path under a disk or one of the MOUNTS, beneath its directory:
