@@ -118,3 +118,29 @@ def test_errors_pickle_whole() -> None:
 def test_lease_closed_is_also_a_runtime_error() -> None:
     """docs/reference/errors.md: ``LeaseClosed (also RuntimeError)``."""
     assert issubclass(cs.LeaseClosed, RuntimeError) and issubclass(cs.LeaseClosed, cs.CreateosError)
+
+
+def test_the_heavy_optional_parts_are_imported_at_first_use_only() -> None:
+    """``import createos_sync`` and a lease's commands do not pay for the interpreter, the
+    desktop or ``map`` (memory: BENCHMARKS.md, section 4); their names still resolve."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, createos_sync as cs\n"
+        "lazy = ('createos_sync.interpreter', 'createos_sync.computer', 'createos_sync.fanout',"
+        " 'difflib')\n"
+        "print(sorted(m for m in lazy if m in sys.modules))\n"
+        "print(cs.CodeContext.__name__, cs.Window.__name__, cs.map.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "CodeContext Window map"]
+
+
+def test_run_code_keeps_the_interpreter_default_max_output() -> None:
+    import inspect
+
+    from createos_sync.interpreter._context import DEFAULT_MAX_OUTPUT
+
+    default = inspect.signature(cs.Lease.run_code).parameters["max_output"].default
+    assert default == DEFAULT_MAX_OUTPUT
