@@ -291,7 +291,6 @@ def run(
         f"- capturing everything vs the callback path: CPU {both:.2f}x, "
         f"user time alone {user_only:.2f}x (1.00x = as cheap)"
     )
-    results["capture_all_vs_callback_cpu"] = both
     if "official" not in cpu:
         print(f"- official: not measured ({official_available()})")
     if with_callgrind:
