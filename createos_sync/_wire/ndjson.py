@@ -60,8 +60,11 @@ _CANONICAL_DATA = re.compile(
 
 
 def split_lines(chunks: Iterable[bytes], max_line: int = MAX_LINE_BYTES) -> Iterator[bytes]:
-    """Yield complete, non-empty lines; a trailing partial line (a cut stream) is dropped."""
-    pending: list[bytes] = []
+    """Yield complete, non-empty lines; a trailing partial line (a cut stream) is dropped.
+
+    A line cut across chunks is held as views of them and copied once, when joined.
+    """
+    pending: list[memoryview] = []
     pending_size = 0
     for chunk in chunks:
         start = 0
@@ -70,7 +73,7 @@ def split_lines(chunks: Iterable[bytes], max_line: int = MAX_LINE_BYTES) -> Iter
             if end < 0:
                 break
             if pending:
-                line = b"".join((*pending, chunk[start:end]))
+                line = b"".join((*pending, memoryview(chunk)[start:end]))
                 pending.clear()
                 pending_size = 0
             else:
@@ -81,7 +84,7 @@ def split_lines(chunks: Iterable[bytes], max_line: int = MAX_LINE_BYTES) -> Iter
                 yield line
             start = end + 1
         if start < len(chunk):
-            pending.append(chunk[start:])
+            pending.append(memoryview(chunk)[start:])
             pending_size += len(chunk) - start
             if pending_size > max_line:
                 raise ProtocolError("an output stream line is longer than the protocol allows")
