@@ -14,10 +14,10 @@ No wait ever runs past the operation's deadline: when the next sleep would
 cross it, the last error is raised instead.
 
 The first attempt runs without tenacity: almost every call succeeds at once,
-and tenacity (which imports asyncio, and tornado where it is installed) is
-imported only when a first attempt fails and may be retried. It then takes
-over as if it had made that attempt itself (``_replaying``): the same waits,
-attempt counts and stops.
+and tenacity (0.6 MiB of memory; 4.5 MiB where tornado is installed, which it
+then imports, and asyncio with it) is imported only when a first attempt fails
+and may be retried. It then takes over as if it had made that attempt itself
+(``_replaying``): the same waits, attempt counts and stops.
 """
 
 from __future__ import annotations
