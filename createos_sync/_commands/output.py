@@ -20,8 +20,8 @@ from typing import Any
 OnOutput = Callable[[str, Any], None]
 STREAMS = ("stdout", "stderr")
 _CONTINUATION = bytes(range(0x80, 0xC0))
-# 1 for a byte that starts a character (or is invalid on its own), 0 for a continuation byte.
 _MOST_BYTES_PER_CHARACTER = 4  # in UTF-8; an invalid byte is a character of its own
+# 1 for a byte that starts a character (or is invalid on its own), 0 for a continuation byte.
 _STARTS = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
 
 
