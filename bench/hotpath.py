@@ -9,12 +9,17 @@ sliced into 64 KiB chunks as ``requests`` delivers them, and fed to:
   sequence checks, incremental UTF-8 decoding) into ``Capture`` (default
   ``max_output``), as ``run()`` does without callbacks;
 - ``sdk on_output``: the same into a character counter, as ``run(on_output=)``;
+- ``sdk capture all``: the same into ``Output`` with a ``max_output`` over the
+  output (everything kept, then read), as ``run(max_output=1 << 30)``;
 - ``floor``: a minimal loop doing the same decoding (find-based line split,
   ``json.loads``, ``base64.b64decode``, incremental UTF-8) into the counter;
 - ``official``: the official SDK's ``ProcessStream`` over an ``httpx``
   response with the same chunks, plus the same UTF-8 decoding (if installed).
 
-CPU time is noisy on a shared machine; ``--callgrind`` also counts
+CPU time is split into user and kernel time, with the minor page faults
+(fresh memory touched): capturing everything builds a result of up to 4 bytes
+a character in memory the kernel must fault in, which the callback path never
+does. CPU time is noisy on a shared machine; ``--callgrind`` also counts
 instructions under valgrind (repeatable whatever else the machine does),
 net of a baseline run that only builds the body.
 
@@ -31,14 +36,14 @@ import inspect
 import math
 import os
 import re
+import resource
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("floor", "sdk on_output", "sdk capture", "official")
+VARIANTS = ("floor", "sdk on_output", "sdk capture", "sdk capture all", "official")
 
 
 def build_body(total_bytes: int) -> tuple[list[bytes], dict[str, int], int]:
@@ -128,6 +133,14 @@ def variant(name: str, chunks: list[bytes], expected: dict[str, int]) -> Callabl
             sdk(capture.write)
         assert len(capture.stdout.getvalue()) == min(expected["stdout"], 4 * 1024 * 1024)
 
+    def sdk_capture_all() -> None:
+        from createos_sync._commands.output import Output
+
+        output = Output(1 << 30)
+        sdk(None, keep=output.write)
+        assert (len(output.stdout), len(output.stderr)) == (expected["stdout"], expected["stderr"])
+        assert not output.truncated
+
     def sdk_callback() -> None:
         counter = Counter()
         sdk(counter)
@@ -162,6 +175,7 @@ def variant(name: str, chunks: list[bytes], expected: dict[str, int]) -> Callabl
         "floor": floor,
         "sdk on_output": sdk_callback,
         "sdk capture": sdk_capture,
+        "sdk capture all": sdk_capture_all,
         "official": official,
         "none": lambda: None,
     }[name]
@@ -176,19 +190,28 @@ def official_available() -> str | None:
     return None
 
 
-def time_variants(mb: int, repeat: int) -> dict[str, list[float]]:
+def time_variants(mb: int, repeat: int) -> dict[str, list[tuple[float, float, float]]]:
+    """Per variant and round: (user s, kernel s, minor page faults), per 100 MB of output."""
     chunks, expected, nbytes = build_body(mb * 1_000_000)
     names = [n for n in VARIANTS if n != "official" or official_available() is None]
     actions = {n: variant(n, chunks, expected) for n in names}
     for action in actions.values():
         action()  # warm up: imports, caches
-    cpu: dict[str, list[float]] = {n: [] for n in names}
+    per100 = 100_000_000 / nbytes
+    usage: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
     for i in range(repeat):
         for name in names if i % 2 == 0 else reversed(names):
-            start = time.process_time()
+            before = resource.getrusage(resource.RUSAGE_SELF)
             actions[name]()
-            cpu[name].append((time.process_time() - start) * 100_000_000 / nbytes)
-    return cpu
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            usage[name].append(
+                (
+                    (after.ru_utime - before.ru_utime) * per100,
+                    (after.ru_stime - before.ru_stime) * per100,
+                    (after.ru_minflt - before.ru_minflt) * per100,
+                )
+            )
+    return usage
 
 
 def callgrind(name: str, mb: int, src: str | None) -> int:
@@ -234,23 +257,40 @@ def main() -> None:
 def run(
     mb: int, repeat: int, with_callgrind: bool, callgrind_mb: int, src: str | None
 ) -> dict[str, Any]:
-    from _common import Stats, heading, machine
+    from _common import Stats, heading, machine, paired_ratio
 
     import createos_sync
 
     heading(f"3b. Output hot path, offline: {mb} MB of NDJSON replayed from memory")
     print(f"createos_sync from {Path(createos_sync.__file__).parent}; {machine()}")
-    print("method: CPU time (time.process_time) per 100 MB of output, variants interleaved")
-    cpu = time_variants(mb, repeat)
+    print(
+        "method: CPU time (user + kernel, getrusage) per 100 MB of output, variants "
+        "interleaved; then user and kernel time and minor page faults apart"
+    )
+    usage = time_variants(mb, repeat)
+    cpu = {name: [user + kernel for user, kernel, _ in rounds] for name, rounds in usage.items()}
     floor = Stats(cpu["floor"])
     results: dict[str, Any] = {}
     for name, values in cpu.items():
         stats = Stats(values)
-        results[name] = {"cpu_per_100mb": stats.median}
+        user = Stats([u for u, _, _ in usage[name]]).median
+        kernel = Stats([k for _, k, _ in usage[name]]).median
+        faults = Stats([f for _, _, f in usage[name]]).median
+        results[name] = {"cpu_per_100mb": stats.median, "user": user, "kernel": kernel}
         print(
-            f"- {name:14s} {stats.describe('s / 100 MB')}  "
+            f"- {name:16s} {stats.describe('s / 100 MB')}  "
             f"floor/this {floor.median / stats.median:.2f}x"
         )
+        print(f"    user {user:.3f} s, kernel {kernel:.3f} s, {faults:,.0f} minor page faults")
+    everything, callback = "sdk capture all", "sdk on_output"
+    both = paired_ratio(cpu[callback], cpu[everything]).median
+    user_only = paired_ratio(
+        [u for u, _, _ in usage[callback]], [u for u, _, _ in usage[everything]]
+    ).median
+    print(
+        f"- capturing everything vs the callback path: CPU {both:.2f}x, "
+        f"user time alone {user_only:.2f}x (1.00x = as cheap)"
+    )
     if "official" not in cpu:
         print(f"- official: not measured ({official_available()})")
     if with_callgrind:
@@ -263,7 +303,7 @@ def run(
         for name, count in counts.items():
             results[name]["instructions_per_mb"] = count
             print(
-                f"- {name:14s} {count / 1e6:8.1f} M instructions / MB  "
+                f"- {name:16s} {count / 1e6:8.1f} M instructions / MB  "
                 f"floor/this {counts['floor'] / count:.2f}x"
             )
     return results

@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
+import importlib as _importlib
 from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._sandboxes.reap import reap
 from .cancel import Cancel
 from .client import Client
-from .computer import Screenshot, Window
 from .config import Config
 from .errors import (
     CommandFailed,
@@ -37,8 +37,6 @@ from .errors import (
     UnsafeArchiveError,
     is_cleanup_error,
 )
-from .fanout import map
-from .interpreter import CodeContext, CodeFailed, Execution, ExecutionError, Result
 from .lease import Lease
 from .lease._options import lease_options as _lease_options
 from .lease._options import takes_lease_keywords as _takes_lease_keywords
@@ -61,6 +59,9 @@ from .result import RunResult
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from .computer import Screenshot, Window
+    from .fanout import map
+    from .interpreter import CodeContext, CodeFailed, Execution, ExecutionError, Result
     from .lease._options import LeaseKeywords
 
 __version__ = "0.1.0"
@@ -156,6 +157,27 @@ def unload_ipython_extension(ipython: Any) -> None:
     from .interpreter import _magics as _ipython
 
     _ipython.unload(ipython)
+
+
+# Imported at first use: a program that only runs commands does not pay for them.
+_ON_FIRST_USE = {
+    "Screenshot": ".computer",
+    "Window": ".computer",
+    "map": ".fanout",
+    **dict.fromkeys(
+        ("CodeContext", "CodeFailed", "Execution", "ExecutionError", "Result"), ".interpreter"
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names of ``_ON_FIRST_USE``, imported when first read."""
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 OnOutput = Callable[[str, Any], None]
 STREAMS = ("stdout", "stderr")
 _CONTINUATION = bytes(range(0x80, 0xC0))
+_MOST_BYTES_PER_CHARACTER = 4  # in UTF-8; an invalid byte is a character of its own
 # 1 for a byte that starts a character (or is invalid on its own), 0 for a continuation byte.
 _STARTS = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
 
@@ -43,8 +44,12 @@ class TailBuffer:
     dropped chunk leaves at the front of the next one decode to replacement
     characters that the final cut removes, and from the first byte after them
     the decode is the stream's own (UTF-8 resynchronises). Writes under
-    ``BATCH`` bytes are batched first. Memory: the bytes of ``limit``
-    characters, plus one chunk and one batch.
+    ``BATCH`` bytes are batched first. A chunk longer than the most bytes
+    ``limit`` characters take (4 each) is counted from its end first: when
+    that suffix holds ``limit`` characters, the rest and everything before it
+    are dropped uncounted (a small ``max_output`` beside a callback costs no
+    pass over each frame). Memory: the bytes of ``limit`` characters, plus one
+    chunk and one batch.
     """
 
     BATCH = 8192
@@ -71,6 +76,9 @@ class TailBuffer:
             if self._size <= self.limit:
                 return  # fewer bytes than limit are fewer characters: all are kept
             head, self._head = memoryview(self._head), bytearray()
+            if len(head) > _MOST_BYTES_PER_CHARACTER * self.limit:
+                self._append(bytes(head))  # counted from its end, cut to its last characters
+                return
             for start in range(0, len(head), self.BATCH):  # chunks small enough to drop
                 self._append(bytes(head[start : start + self.BATCH]))
             return
@@ -84,7 +92,19 @@ class TailBuffer:
 
     def _append(self, data: bytes) -> None:
         chunks, counts = self._chunks, self._counts
-        count = len(data.translate(None, _CONTINUATION))
+        enough = _MOST_BYTES_PER_CHARACTER * self.limit
+        if len(data) > enough:
+            suffix = data[len(data) - enough :]
+            count = _characters(suffix)
+            if count >= self.limit:  # the suffix alone holds the tail: drop all before it
+                chunks.clear()
+                counts.clear()
+                self._size, self._chars, self._dropped = len(suffix), 0, True
+                data = suffix
+            else:  # invalid UTF-8 (continuation bytes): count the whole chunk
+                count = _characters(data)
+        else:
+            count = _characters(data)
         chunks.append(data)
         counts.append(count)
         self._chars += count
@@ -144,6 +164,11 @@ class TailBuffer:
         self._chars -= excess
         self._size -= start
         self._cut = True
+
+
+def _characters(data: bytes) -> int:
+    """The characters ``data`` begins (bytes that are not UTF-8 continuation bytes)."""
+    return len(data) if data.isascii() else len(data.translate(None, _CONTINUATION))
 
 
 def _start_of_character(data: bytes, skip: int) -> int:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from ..interpreter import CodeContext, Execution
-from ..interpreter._context import DEFAULT_MAX_OUTPUT, OnCodeOutput
+from ._commands import DEFAULT_MAX_OUTPUT
 from ._core import LeaseCore
+
+if TYPE_CHECKING:  # the interpreter is imported at its first use, not with the package
+    from ..interpreter import CodeContext, Execution
+    from ..interpreter._context import OnCodeOutput
 
 _default_lock = threading.Lock()
 
@@ -63,6 +67,8 @@ class InterpreterMethods(LeaseCore):
                 sandbox (the context survives; a second Ctrl-C stops it).
             LeaseClosed: the lease is not open.
         """
+        from ..interpreter import CodeContext
+
         if context is not None and not isinstance(context, CodeContext):
             raise TypeError("context must be a CodeContext from code_context()")
         chosen = context if context is not None else self._default_code_context()
@@ -82,6 +88,8 @@ class InterpreterMethods(LeaseCore):
             cwd: its working directory (default: the sandbox's own).
             env: environment variables for it (names as for ``run``).
         """
+        from ..interpreter import CodeContext
+
         self._usable_box()
         return CodeContext(
             self._usable_box, cwd=cwd, env=env, default_timeout=self._command_timeout

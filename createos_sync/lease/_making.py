@@ -9,7 +9,6 @@ the wait until the sandbox runs (or, for ``start_paused``, is paused).
 
 from __future__ import annotations
 
-import difflib
 import logging
 import secrets
 from collections.abc import Callable
@@ -210,6 +209,8 @@ def _unknown_rootfs(
     if rootfs in names:
         return None
     shown = [name for name in names if token(name, ID) == name][:40]
+    import difflib  # only for this rare failure: not imported with the package
+
     close = difflib.get_close_matches(rootfs, shown, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     listed = ", ".join(shown) if shown else "(none listed)"

@@ -62,6 +62,26 @@ def test_multibyte_text_cut_anywhere(
     assert buffer.getvalue() == tail("".join(texts), limit)
 
 
+@given(
+    st.lists(st.one_of(st.binary(max_size=400), TEXTS.map(str.encode)), max_size=20),
+    st.integers(0, 30),
+    st.sampled_from([1, 64, 8192]),
+)
+def test_writes_longer_than_a_small_limit_takes_are_cut_from_their_end(
+    writes: list[bytes], limit: int, batch: int
+) -> None:
+    """A write over 4 bytes a character of ``limit`` is counted from its end (the tail alone
+    may hold the last characters), lone continuation bytes included."""
+    buffer = small_batches(batch, limit)
+    longest = max(map(len, writes), default=0)
+    for data in writes:
+        buffer.write(data)
+        assert buffer.held <= 4 * limit + longest + 3 * batch
+    full = incremental(writes)
+    assert buffer.getvalue() == tail(full, limit)
+    assert buffer.truncated == (len(full) > limit)
+
+
 def test_reading_midway_then_writing_on() -> None:
     buffer = small_batches(1, 5)
     buffer.write(b"abc")

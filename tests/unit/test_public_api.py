@@ -128,3 +128,29 @@ def test_a_process_and_a_desktop_come_from_a_lease() -> None:
         cs.Process("sb-1", "p-1")
     with pytest.raises(TypeError, match=r"Lease\.computer is the desktop"):
         cs.computer.Computer()
+
+
+def test_the_heavy_optional_parts_are_imported_at_first_use_only() -> None:
+    """``import createos_sync`` and a lease's commands do not pay for the interpreter, the
+    desktop or ``map`` (memory: BENCHMARKS.md, section 4); their names still resolve."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, createos_sync as cs\n"
+        "lazy = ('createos_sync.interpreter', 'createos_sync.computer', 'createos_sync.fanout',"
+        " 'difflib')\n"
+        "print(sorted(m for m in lazy if m in sys.modules))\n"
+        "print(cs.CodeContext.__name__, cs.Window.__name__, cs.map.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "CodeContext Window map"]
+
+
+def test_run_code_keeps_the_interpreter_default_max_output() -> None:
+    import inspect
+
+    from createos_sync.interpreter._context import DEFAULT_MAX_OUTPUT
+
+    default = inspect.signature(cs.Lease.run_code).parameters["max_output"].default
+    assert default == DEFAULT_MAX_OUTPUT
