@@ -9,8 +9,8 @@
 #   K TOKEN N GRACE              end command N's processes (TERM, GRACE s, KILL), report
 #
 # Records on the session's stdout / stderr start with NUL RS and a TOKEN the client chose
-# for this request (128 random bits, held only in this shell's variables: never in an
-# argv, an env or a file), so no command can write one:
+# for this request (128 random bits, held only in this shell's variables and on its private
+# go pipe: never in an argv, an env or a file), so no command can write one:
 #
 #   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
 #           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report;
@@ -23,6 +23,12 @@
 # stdout / stderr through FIFOs relayed by `cat`: once it has ended (and 0.2 s passed for
 # a background child holding them), its relays are cut, so nothing it leaves behind
 # writes into a later command's output.
+#
+# What a command's start would cost in forks is paid while the session is idle: each
+# command's watcher (`waiter`) is started by the previous one right after its end records,
+# makes or reuses its FIFOs, starts its relays and waits on the go pipe. A request then
+# costs the loop no fork, and the command only its own (its shell starts fresh, when its
+# request has come: its env, cwd and profile are never prepared ahead).
 
 sid=$1
 # The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
@@ -35,8 +41,14 @@ until d=${TMPDIR:-/tmp}/.createos_sync_session.$$.$RANDOM$RANDOM && mkdir -m 700
     tries=$((tries + 1))
     [ "$tries" -lt 20 ] || exit 97
 done
-trap 'rm -rf -- "$d"' EXIT
-mkfifo -m 600 -- "$d/tick" && exec 5<>"$d/tick" # read -t on it: a sleep without a fork
+# tick: read -t on it is a sleep without a fork. go: "PID" lines, each to the command started
+# ahead as PID, whose request has come (its fields in the file r); "q": the session ends, and
+# what was started ahead goes with it. tok: "PID TOKEN" lines, each to the waiter PID of that
+# command, read before its command's shell starts (so the token never touches a file, nor a
+# command's process).
+mkfifo -m 600 -- "$d/tick" "$d/go" "$d/tok" && exec 5<>"$d/tick" 6<>"$d/go" 7<>"$d/tok" &&
+    rm -- "$d/go" "$d/tok" || exit 97 # held by descriptor only: no path leads to them
+trap 'printf "q\n" >&6; rm -rf -- "$d"' EXIT
 
 nap() { IFS= read -r -t "$1" -u 5 _ || :; }
 
@@ -53,13 +65,39 @@ status_of() {
     if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
 }
 
-# The command's own process (its job: the only one named the_command, see status_of).
+# The command's own process (its job: the only one named the_command, see status_of), started
+# ahead: it waits for its go, then takes its request's fields from the file r.
 the_command() {
-    exec 4>&- 5>&-
-    if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
-    if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
+    exec 4>&-
+    until IFS= read -r -t 5 -u 6 to; do
+        [ "$?" -gt 128 ] && kill -0 "$$" || exit 0
+    done
+    while [ "$to" != "$BASHPID" ]; do # not for this one: pass it on, unless it is stale
+        [ "$to" != q ] || exit 0
+        if kill -0 "$to"; then printf '%s\n' "$to" >&6 && exit 0; fi
+        IFS= read -r -u 6 to || exit 0
+    done
+    tries=0 # its waiter reads the token at once: its shell starts once it is out of reach
+    while IFS= read -r -t 0 -u 7 && [ "$tries" -lt 1000 ]; do
+        nap 0.0001
+        tries=$((tries + 1))
+    done
+    exec 5>&- 6>&- 7>&-
+    line=
+    IFS= read -r line <"$d/r"
+    : >"$d/r"
+    [ -n "$line" ] || exit 126
+    set -f
+    # shellcheck disable=SC2086 # split on spaces only, no glob
+    IFS=' ' && set -- $line && unset IFS
+    if field "$1"; then cd -- "$v" || exit 1; fi
+    case $2 in
+    :*) printf '%b' "${2#:}" >"$d/i$n" && exec 0<"$d/i$n" || exit 1 ;;
+    *) exec 0</dev/null ;;
+    esac
+    field "$3" || exit 126
     export CREATEOS_SYNC_RUN="$sid.$n."
-    exec /bin/bash -lc "$script"
+    exec /bin/bash -lc "$v"
 }
 
 relaying() { kill -0 "$ro" || kill -0 "$re"; }
@@ -70,22 +108,38 @@ marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ
 # Whether a process of command $1 (process group $2) is alive: its group first (no fork).
 lives() { kill -0 -- "-$2" || marked "$1"; }
 
-# One command, from its start to its end records: a background subshell per command.
+# Command $1's watcher, from before its request (its relays on FIFOs o$2 / e$2, its command
+# started ahead) to its end records; then it starts the next command's and says so in W$1+1.
 waiter() {
-    token=$1 n=$2 o=$d/o$2 e=$d/e$2
-    set -m
-    cat <"$o" &
+    n=$1 g=$2 o=$d/o$2 e=$d/e$2
+    { [ -p "$o" ] && [ -p "$e" ]; } || mkfifo -m 600 -- "$o" "$e" || exit 0 # the loop sees it
+    set +m # the relays: children in this group
+    cat <"$o" 5>&- 6>&- 7>&- &
     ro=$!
-    cat <"$e" >&4 &
+    cat <"$e" >&4 5>&- 6>&- 7>&- &
     re=$!
+    set -m
     the_command >"$o" 2>"$e" &
     c=$!
-    echo "$c" >"$d/p$n"
+    echo "$c $ro $re" >"$d/p$n"
+    echo "$BASHPID $c" >"$d/W$n"
+    [ $((n % 64)) -ne 0 ] || forget_before "$((n - 1))"
+    until IFS=' ' read -r -t 5 -u 7 to token; do # the token: it comes just before the go
+        if [ "$?" -le 128 ] || ! kill -0 "$c"; then gone; fi # the session ended
+    done
+    while [ "$to" != "$BASHPID" ]; do # not for this waiter: pass it on, unless it is stale
+        if kill -0 "$to"; then printf '%s %s\n' "$to" "$token" >&7 && gone; fi
+        IFS=' ' read -r -u 7 to token || gone
+    done
     wait "$c" 2>"$d/w$n"
     s=$?
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
-    if relaying; then nap 0.001; fi # they end as soon as they read EOF, normally
+    tries=0 # the relays end as soon as they read EOF, normally
+    while relaying && [ "$tries" -lt 10 ]; do
+        nap 0.0001
+        tries=$((tries + 1))
+    done
     if relaying && lives "$n" "$c"; then # a background child of it may hold them: 0.2 s
         waited=0
         while relaying && lives "$n" "$c" && [ "$waited" -lt 20 ]; do
@@ -96,22 +150,49 @@ waiter() {
     if relaying && lives "$n" "$c"; then # cut: drain what comes later, then stop the relay
         for relay in "$ro:$o" "$re:$e"; do
             if kill -0 "${relay%%:*}"; then
-                cat <"${relay#*:}" >/dev/null &
+                cat <"${relay#*:}" >/dev/null 5>&- 6>&- 7>&- &
                 kill "${relay%%:*}"
             fi
         done
+        rm -f -- "$o" "$e" # whatever holds them: never the next command's
+        g=c$n
     fi
     wait "$ro" "$re"
     printf '\0\036%s\n' "$token" >&4
     printf '\0\036%s %s\n' "$token" "$st"
     : >"$d/z$n"
-    rm -f -- "$o" "$e" "$d/i$n" "$d/w$n"
+    waiter "$((n + 1))" "$g" & # the next command's, ahead (FIFOs no process holds now)
+    tries=0 # until it is known, a request for it waits for this waiter
+    while ! known "$((n + 1))" && kill -0 "$!" && [ "$tries" -lt 5000 ]; do
+        nap 0.0002
+        tries=$((tries + 1))
+    done
+}
+
+# Command $1's waiter and command started ahead (w, wc), once written whole in W$1.
+known() { [ -e "$d/W$1" ] && IFS=' ' read -r w wc <"$d/W$1"; }
+
+# A waiter whose command never came: it ends, with its relays.
+gone() {
+    kill "$ro" "$re"
+    exit 0
+}
+
+# Remove what commands before $1 left in the session's directory (once in 64 commands).
+forget_before() {
+    set --
+    k=$(($1 - 64))
+    while [ "$k" -lt "$1" ]; do
+        set -- "$@" "$d/p$k" "$d/w$k" "$d/z$k" "$d/W$k" "$d/i$k"
+        k=$((k + 1))
+    done
+    rm -f -- "$@" &
 }
 
 # Signal every process of command $1: its group, and whatever carries its marker.
 sweep() {
     left=0
-    if IFS= read -r pg <"$d/p$1"; then kill "-$2" -- "-$pg" && left=1; fi
+    if IFS=' ' read -r pg _ <"$d/p$1"; then kill "-$2" -- "-$pg" && left=1; fi
     for f in $(grep -l -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ); do
         p=${f#/proc/}
         p=${p%/environ}
@@ -155,7 +236,8 @@ check_waiter() {
     fi
 }
 
-buf= cur_w= cur_n= cur_t=
+waiter 1 0 & # the first command's, ahead
+buf= cur_w= cur_n= cur_t= last_w=$!
 while :; do
     if [ -n "$cur_w" ] && [ -e "$d/z$cur_n" ]; then cur_w=; fi # its records are written
     if [ -n "$cur_w" ]; then # a command runs: look after its watcher once a second
@@ -180,21 +262,19 @@ while :; do
     case $kind in
     R)
         printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
-        has_cwd= has_in= cwd= script=
-        if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
-            ready=1
-        else # made after the last command, unless a command removed them (or their directory)
-            [ -d "$d" ] || mkdir -m 700 -- "$d"
-            rm -f -- "$d/o$n" "$d/e$n"
-            ready=
+        [ -d "$d" ] || mkdir -m 700 -- "$d"
+        w= wc= tries=0
+        if printf '%s %s %s\n' "$a" "$b" "$c" >"$d/r"; then
+            [ -e "$d/W$n" ] || kill -0 "$last_w" || { waiter "$n" "f$n" & last_w=$!; } # lost
+            while ! known "$n" && kill -0 "$last_w" && [ "$tries" -lt 5000 ]; do
+                nap 0.0002 # the last waiter is starting this command's: a moment
+                tries=$((tries + 1))
+            done
+            known "$n" || wc=
         fi
-        if field "$a"; then has_cwd=1 cwd=$v; fi
-        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
-        field "$c" && script=$v
-        if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
-            waiter "$token" "$n" &
-            cur_w=$! cur_n=$n cur_t=$token
-            mkfifo -m 600 -- "$d/o$((n + 1))" "$d/e$((n + 1))" # the next command's, meanwhile
+        if [ -n "$wc" ] && kill -0 "$wc" && printf '%s %s\n' "$w" "$token" >&7 &&
+            printf '%s\n' "$wc" >&6; then
+            cur_w=$w cur_n=$n cur_t=$token last_w=$w
         else
             printf '\0\036%s\n' "$token" >&4
             printf '\0\036%s x 126\n' "$token"
