@@ -105,8 +105,29 @@ relaying() { kill -0 "$ro" || kill -0 "$re"; }
 # Whether a process carrying command $1's marker is alive (not a zombie: it has an env).
 marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ; }
 
-# Whether a process of command $1 (process group $2) is alive: its group first (no fork).
-lives() { kill -0 -- "-$2" || marked "$1"; }
+# Whether a process of command $1 (process group $2) is alive: its group first (no fork), its
+# marker, then whatever still writes into its FIFOs (this waiter's o and e).
+lives() {
+    kill -0 -- "-$2" || marked "$1" || {
+        found=()
+        writers "$o" "$e"
+        [ "${#found[@]}" -gt 0 ]
+    }
+}
+
+# The processes that hold FIFO $1 or $2 open for writing (the relays only read): into found.
+writers() {
+    local f p fd k v
+    for f in /proc/[0-9]*/fd/[0-9]*; do
+        [ "$f" -ef "$1" ] || [ "$f" -ef "$2" ] || continue
+        p=${f#/proc/}
+        p=${p%%/*}
+        fd=${f##*/}
+        v=0
+        while read -r k v; do [ "$k" != flags: ] || break; done <"/proc/$p/fdinfo/$fd"
+        [ $((8#${v:-0} & 3)) -eq 0 ] || found[$p]=
+    done
+}
 
 # Command $1's watcher, from before its request (its relays on FIFOs o$2 / e$2, its command
 # started ahead) to its end records; then it starts the next command's and says so in W$1+1.
@@ -121,7 +142,7 @@ waiter() {
     set -m
     the_command >"$o" 2>"$e" &
     c=$!
-    echo "$c $ro $re" >"$d/p$n"
+    echo "$c $g" >"$d/p$n"
     echo "$BASHPID $c" >"$d/W$n"
     [ $((n % 64)) -ne 0 ] || forget_before "$((n - 1))"
     until IFS=' ' read -r -t 5 -u 7 to token; do # the token: it comes just before the go
@@ -154,8 +175,7 @@ waiter() {
                 kill "${relay%%:*}"
             fi
         done
-        rm -f -- "$o" "$e" # whatever holds them: never the next command's
-        g=c$n
+        g=c$n # new FIFOs for the next command: whatever holds these writes into none
     fi
     wait "$ro" "$re"
     printf '\0\036%s\n' "$token" >&4
@@ -184,25 +204,78 @@ forget_before() {
     k=$(($1 - 64))
     while [ "$k" -lt "$1" ]; do
         set -- "$@" "$d/p$k" "$d/w$k" "$d/z$k" "$d/W$k" "$d/i$k"
+        [ "c$k" = "$g" ] || set -- "$@" "$d/oc$k" "$d/ec$k" # a cut's FIFOs, once unused
         k=$((k + 1))
     done
     rm -f -- "$@" &
 }
 
-# Signal every process of command $1: its group, and whatever carries its marker.
+# Signal every process of command $1 the kernel still ties to it: its group, its env marker,
+# its process's descendants, whatever holds its output FIFOs for writing or its stdin file,
+# and what an earlier sweep of it found so (by pid and start time: never a recycled pid).
+# One that clears its env, leaves the group, closes or redirects all of these descriptors
+# and whose parent had already ended when it was looked for is a daemon: none of these find it.
 sweep() {
-    left=0
-    if IFS=' ' read -r pg _ <"$d/p$1"; then kill "-$2" -- "-$pg" && left=1; fi
+    left=0 pg= g=
+    IFS=' ' read -r pg g <"$d/p$1"
+    found=()
+    [ -z "$pg" ] || tied "$1" "$pg" "$d/o$g" "$d/e$g" # first: before its parent is signalled
+    if [ -n "$pg" ]; then kill "-$2" -- "-$pg" && left=1; fi
     for f in $(grep -l -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ); do
         p=${f#/proc/}
         p=${p%/environ}
         [ "$p" = "$$" ] || { kill "-$2" "$p" && left=$((left + 1)); }
+    done
+    for p in "${!found[@]}"; do
+        kill "-$2" "$p" && left=$((left + 1))
+    done
+}
+
+# Which processes of command $1 (its process: $2, its FIFOs $3 and $4) live: into found,
+# and into known (pid: start time).
+tied() {
+    local -A parent=() start=()
+    local n=$1 c=$2 o=$3 e=$4 i=$d/i$1 f p line rest k v
+    found=()
+    for f in /proc/[0-9]*/stat; do
+        IFS= read -r line <"$f" || continue
+        p=${f#/proc/}
+        p=${p%/stat}
+        rest=${line##*) }
+        set -f
+        # shellcheck disable=SC2086 # the fields after the name: state, parent, ..., start
+        set -- $rest
+        set +f
+        [ "$1" != Z ] || continue
+        parent[$p]=$2 start[$p]=${20}
+        [ "${known[$p]}" != "${20}" ] || found[$p]=
+    done
+    for p in "${!parent[@]}"; do # descendants of the command's process
+        k=$p v=0
+        while [ "$v" -lt 64 ] && [ "${parent[$k]:-0}" -gt 1 ]; do
+            k=${parent[$k]}
+            if [ "$k" = "$c" ]; then found[$p]= && break; fi
+            v=$((v + 1))
+        done
+    done
+    if [ ! -e "$d/z$n" ]; then # its FIFOs are its own until its end records (then reused)
+        writers "$o" "$e"
+        [ ! -e "$i" ] || for f in /proc/[0-9]*/fd/[0-9]*; do # and its stdin file's readers
+            [ "$f" -ef "$i" ] || continue
+            p=${f#/proc/}
+            found[${p%%/*}]=
+        done
+    fi
+    unset "found[$$]" "found[$BASHPID]"
+    for p in "${!found[@]}"; do
+        [ -z "${start[$p]}" ] || known[$p]=${start[$p]}
     done
 }
 
 # End command $2's processes; report how many are left (0: none, confirmed).
 end_command() {
     token=$1 n=$2 grace=$3
+    known=()
     sweep "$n" TERM
     tries=0
     while [ "$left" -gt 0 ] && [ "$tries" -lt "$grace" ]; do
@@ -236,6 +309,7 @@ check_waiter() {
     fi
 }
 
+declare -A known found # what a sweep found (see tied)
 waiter 1 0 & # the first command's, ahead
 buf= cur_w= cur_n= cur_t= last_w=$!
 while :; do
