@@ -156,8 +156,8 @@ waiter() {
     s=$?
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
-    tries=0 # the relays end as soon as they read EOF, normally
-    while relaying && [ "$tries" -lt 10 ]; do
+    tries=0 # the relays end as soon as they read EOF, normally: look again for 5 ms at most
+    while relaying && [ "$tries" -lt 50 ]; do
         nap 0.0001
         tries=$((tries + 1))
     done
