@@ -73,7 +73,7 @@ the_command() {
         [ "$?" -gt 128 ] && kill -0 "$$" || exit 0
     done
     while [ "$to" != "$BASHPID" ]; do # not for this one: pass it on, unless it is stale
-        [ "$to" != q ] || exit 0
+        if [ "$to" = q ]; then printf 'q\n' >&7 && exit 0; fi # and so its waiter ends too
         if kill -0 "$to"; then printf '%s\n' "$to" >&6 && exit 0; fi
         IFS= read -r -u 6 to || exit 0
     done
@@ -149,6 +149,7 @@ waiter() {
         if [ "$?" -le 128 ] || ! kill -0 "$c"; then gone; fi # the session ended
     done
     while [ "$to" != "$BASHPID" ]; do # not for this waiter: pass it on, unless it is stale
+        [ "$to" != q ] || gone
         if kill -0 "$to"; then printf '%s %s\n' "$to" "$token" >&7 && gone; fi
         IFS=' ' read -r -u 7 to token || gone
     done
