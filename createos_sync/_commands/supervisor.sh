@@ -201,9 +201,9 @@ gone() {
 
 # Remove what commands before $1 left in the session's directory (once in 64 commands).
 forget_before() {
+    local upto=$1 k=$(($1 - 64))
     set --
-    k=$(($1 - 64))
-    while [ "$k" -lt "$1" ]; do
+    while [ "$k" -lt "$upto" ]; do
         set -- "$@" "$d/p$k" "$d/w$k" "$d/z$k" "$d/W$k" "$d/i$k"
         [ "c$k" = "$g" ] || set -- "$@" "$d/oc$k" "$d/ec$k" # a cut's FIFOs, once unused
         k=$((k + 1))
