@@ -10,8 +10,9 @@ and exit status come back on that stream (``framing``). What it costs:
 - a timeout or Ctrl-C: 1 more (the supervisor ends the command's processes,
   found by process group, by the env marker they inherit, as descendants of the
   command and as holders of its pipes, and says when none is left), plus 1 to
-  reattach the stream the deadline broke; unconfirmed twice, the session is terminated (``DELETE``, ``tree_exited``), and if that
-  is unconfirmed too the lease is poisoned and destroys its sandbox;
+  reattach the stream the deadline broke; unconfirmed twice, the session is
+  terminated (``DELETE``, ``tree_exited``), and if that is unconfirmed too the
+  lease is poisoned and destroys its sandbox;
 - a dropped stream: 1 reconnection from the last sequence number, as any
   managed process.
 
