@@ -36,7 +36,7 @@ class EmulatorProcess:
         self, *, rate_limit: bool = False, journal_bytes: int | None = None, tls: bool = False
     ) -> None:
         self.api_key = secrets.token_urlsafe(24)
-        argv = [sys.executable, "-m", "createos_sync.emulator", "--api-key", self.api_key]
+        argv = [sys.executable, "-m", "createos_sync.emulator", f"--api-key={self.api_key}"]
         if not rate_limit:
             argv.append("--no-rate-limit")
         if journal_bytes is not None:

@@ -25,7 +25,7 @@ whichever operation finds the pool empty); runs "in a row" show the steady
 state of one operation repeated. ``--rtt 0`` runs the same through the proxy
 without delay: the loopback figures, in milliseconds.
 
-    python bench/wan.py [--rtt 40] [--rounds 12]
+    python bench/wan.py [--rtt 40] [--rounds 12] [--only 'run("true")']
     PYTHONPATH=DIR python bench/wan.py   # the client from another copy (the emulator stays)
 """
 
@@ -140,7 +140,7 @@ def _same(got: bytes, expected: bytes) -> None:
     assert got == expected, (len(got), len(expected))
 
 
-def measure(rtt_ms: float, rounds: int) -> dict[str, Any]:
+def measure(rtt_ms: float, rounds: int, only: str = "") -> dict[str, Any]:
     where = f"{rtt_ms:g} ms RTT" if rtt_ms else "loopback (no delay)"
     heading(f"6. Over HTTPS through a delaying proxy: {where}")
     blob = bytes(range(256)) * (FILE_BYTES // 256) + bytes(FILE_BYTES % 256)
@@ -160,6 +160,9 @@ def measure(rtt_ms: float, rounds: int) -> dict[str, Any]:
                 variants = {OURS: _ours(client, box, blob)}
                 variants.update({n: _theirs(r, blob) for n, r in runners.items()})
                 variants[EXEC] = _exec_floor(runners[FLOOR])
+                variants = {
+                    n: {op: a for op, a in v.items() if only in op} for n, v in variants.items()
+                }
                 figures = _rounds(emu, proxy, variants, rounds)
                 for runner in runners.values():
                     runner.close()
@@ -186,9 +189,10 @@ def _rounds(
     figures = {
         op: {n: {"wall": [], "connections": [], "requests": []} for n in names if op in variants[n]}
         for op in OPERATIONS
+        if any(op in actions for actions in variants.values())
     }
     for i in range(rounds + 1):  # round 0 warms up pools, imports and the sandbox's caches
-        for op in OPERATIONS:
+        for op in figures:
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 if op not in variants[name]:
                     continue
@@ -245,8 +249,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rtt", type=float, default=40.0, help="round trip in ms (0: none)")
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--only", default="", help="the operations whose name holds this text")
     args = parser.parse_args()
-    measure(args.rtt, args.rounds)
+    measure(args.rtt, args.rounds, args.only)
 
 
 if __name__ == "__main__":

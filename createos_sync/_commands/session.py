@@ -8,11 +8,12 @@ and exit status come back on that stream (``framing``). What it costs:
 - first command: 3 requests (create the session, attach its stream, the
   command), as a start-gated process; every later one: 1;
 - a timeout, Ctrl-C or a ``Cancel`` set by another thread (it cuts the stream
-  the run reads): 1 more (the supervisor ends the command's processes,
-  found by process group and by the env marker they inherit, and says when
-  none is left), plus 1 to reattach the stream the deadline broke; unconfirmed
-  twice, the session is terminated (``DELETE``, ``tree_exited``), and if that
-  is unconfirmed too the lease is poisoned and destroys its sandbox;
+  the run reads): 1 more (the supervisor ends the command's processes, found
+  by process group, by the env marker they inherit, as descendants of the
+  command and as holders of its pipes, and says when none is left), plus 1 to
+  reattach the stream the deadline broke; unconfirmed twice, the session is
+  terminated (``DELETE``, ``tree_exited``), and if that is unconfirmed too the
+  lease is poisoned and destroys its sandbox;
 - a dropped stream: 1 reconnection from the last sequence number, as any
   managed process.
 

@@ -9,8 +9,8 @@
 #   K TOKEN N GRACE              end command N's processes (TERM, GRACE s, KILL), report
 #
 # Records on the session's stdout / stderr start with NUL RS and a TOKEN the client chose
-# for this request (128 random bits, held only in this shell's variables: never in an
-# argv, an env or a file), so no command can write one:
+# for this request (128 random bits, held only in this shell's variables and on its private
+# go pipe: never in an argv, an env or a file), so no command can write one:
 #
 #   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
 #           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report;
@@ -23,6 +23,12 @@
 # stdout / stderr through FIFOs relayed by `cat`: once it has ended (and 0.2 s passed for
 # a background child holding them), its relays are cut, so nothing it leaves behind
 # writes into a later command's output.
+#
+# What a command's start would cost in forks is paid while the session is idle: each
+# command's watcher (`waiter`) is started by the previous one right after its end records,
+# makes or reuses its FIFOs, starts its relays and waits on the go pipe. A request then
+# costs the loop no fork, and the command only its own (its shell starts fresh, when its
+# request has come: its env, cwd and profile are never prepared ahead).
 
 sid=$1
 # The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
@@ -35,8 +41,14 @@ until d=${TMPDIR:-/tmp}/.createos_sync_session.$$.$RANDOM$RANDOM && mkdir -m 700
     tries=$((tries + 1))
     [ "$tries" -lt 20 ] || exit 97
 done
-trap 'rm -rf -- "$d"' EXIT
-mkfifo -m 600 -- "$d/tick" && exec 5<>"$d/tick" # read -t on it: a sleep without a fork
+# tick: read -t on it is a sleep without a fork. go: "PID" lines, each to the command started
+# ahead as PID, whose request has come (its fields in the file r); "q": the session ends, and
+# what was started ahead goes with it. tok: "PID TOKEN" lines, each to the waiter PID of that
+# command, read before its command's shell starts (so the token never touches a file, nor a
+# command's process).
+mkfifo -m 600 -- "$d/tick" "$d/go" "$d/tok" && exec 5<>"$d/tick" 6<>"$d/go" 7<>"$d/tok" &&
+    rm -- "$d/go" "$d/tok" || exit 97 # held by descriptor only: no path leads to them
+trap 'printf "q\n" >&6; rm -rf -- "$d"' EXIT
 
 nap() { IFS= read -r -t "$1" -u 5 _ || :; }
 
@@ -53,13 +65,39 @@ status_of() {
     if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
 }
 
-# The command's own process (its job: the only one named the_command, see status_of).
+# The command's own process (its job: the only one named the_command, see status_of), started
+# ahead: it waits for its go, then takes its request's fields from the file r.
 the_command() {
-    exec 4>&- 5>&-
-    if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
-    if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
+    exec 4>&-
+    until IFS= read -r -t 5 -u 6 to; do
+        [ "$?" -gt 128 ] && kill -0 "$$" || exit 0
+    done
+    while [ "$to" != "$BASHPID" ]; do # not for this one: pass it on, unless it is stale
+        if [ "$to" = q ]; then printf 'q\n' >&7 && exit 0; fi # and so its waiter ends too
+        if kill -0 "$to"; then printf '%s\n' "$to" >&6 && exit 0; fi
+        IFS= read -r -u 6 to || exit 0
+    done
+    tries=0 # its waiter reads the token at once: its shell starts once it is out of reach
+    while IFS= read -r -t 0 -u 7 && [ "$tries" -lt 1000 ]; do
+        nap 0.0001
+        tries=$((tries + 1))
+    done
+    exec 5>&- 6>&- 7>&-
+    line=
+    IFS= read -r line <"$d/r"
+    : >"$d/r"
+    [ -n "$line" ] || exit 126
+    set -f
+    # shellcheck disable=SC2086 # split on spaces only, no glob
+    IFS=' ' && set -- $line && unset IFS
+    if field "$1"; then cd -- "$v" || exit 1; fi
+    case $2 in
+    :*) printf '%b' "${2#:}" >"$d/i$n" && exec 0<"$d/i$n" || exit 1 ;;
+    *) exec 0</dev/null ;;
+    esac
+    field "$3" || exit 126
     export CREATEOS_SYNC_RUN="$sid.$n."
-    exec /bin/bash -lc "$script"
+    exec /bin/bash -lc "$v"
 }
 
 relaying() { kill -0 "$ro" || kill -0 "$re"; }
@@ -67,25 +105,63 @@ relaying() { kill -0 "$ro" || kill -0 "$re"; }
 # Whether a process carrying command $1's marker is alive (not a zombie: it has an env).
 marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ; }
 
-# Whether a process of command $1 (process group $2) is alive: its group first (no fork).
-lives() { kill -0 -- "-$2" || marked "$1"; }
+# Whether a process of command $1 (process group $2) is alive: its group first (no fork), its
+# marker, then whatever still writes into its FIFOs (this waiter's o and e).
+lives() {
+    kill -0 -- "-$2" || marked "$1" || {
+        found=()
+        writers "$o" "$e"
+        [ "${#found[@]}" -gt 0 ]
+    }
+}
 
-# One command, from its start to its end records: a background subshell per command.
+# The processes that hold FIFO $1 or $2 open for writing (the relays only read): into found.
+writers() {
+    local f p fd k v
+    for f in /proc/[0-9]*/fd/[0-9]*; do
+        [ "$f" -ef "$1" ] || [ "$f" -ef "$2" ] || continue
+        p=${f#/proc/}
+        p=${p%%/*}
+        fd=${f##*/}
+        v=0
+        while read -r k v; do [ "$k" != flags: ] || break; done <"/proc/$p/fdinfo/$fd"
+        [ $((8#${v:-0} & 3)) -eq 0 ] || found[$p]=
+    done
+}
+
+# Command $1's watcher, from before its request (its relays on FIFOs o$2 / e$2, its command
+# started ahead) to its end records; then it starts the next command's and says so in W$1+1.
 waiter() {
-    token=$1 n=$2 o=$d/o$2 e=$d/e$2
-    set -m
-    cat <"$o" &
+    n=$1 g=$2 o=$d/o$2 e=$d/e$2
+    { [ -p "$o" ] && [ -p "$e" ]; } || mkfifo -m 600 -- "$o" "$e" || exit 0 # the loop sees it
+    set +m # the relays: children in this group
+    cat <"$o" 5>&- 6>&- 7>&- &
     ro=$!
-    cat <"$e" >&4 &
+    cat <"$e" >&4 5>&- 6>&- 7>&- &
     re=$!
+    set -m
     the_command >"$o" 2>"$e" &
     c=$!
-    echo "$c" >"$d/p$n"
+    echo "$c $g" >"$d/p$n"
+    echo "$BASHPID $c" >"$d/W$n"
+    [ $((n % 64)) -ne 0 ] || forget_before "$((n - 1))"
+    until IFS=' ' read -r -t 5 -u 7 to token; do # the token: it comes just before the go
+        if [ "$?" -le 128 ] || ! kill -0 "$c"; then gone; fi # the session ended
+    done
+    while [ "$to" != "$BASHPID" ]; do # not for this waiter: pass it on, unless it is stale
+        [ "$to" != q ] || gone
+        if kill -0 "$to"; then printf '%s %s\n' "$to" "$token" >&7 && gone; fi
+        IFS=' ' read -r -u 7 to token || gone
+    done
     wait "$c" 2>"$d/w$n"
     s=$?
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
-    if relaying; then nap 0.001; fi # they end as soon as they read EOF, normally
+    tries=0 # the relays end as soon as they read EOF, normally: look again for 5 ms at most
+    while relaying && [ "$tries" -lt 50 ]; do
+        nap 0.0001
+        tries=$((tries + 1))
+    done
     if relaying && lives "$n" "$c"; then # a background child of it may hold them: 0.2 s
         waited=0
         while relaying && lives "$n" "$c" && [ "$waited" -lt 20 ]; do
@@ -96,32 +172,111 @@ waiter() {
     if relaying && lives "$n" "$c"; then # cut: drain what comes later, then stop the relay
         for relay in "$ro:$o" "$re:$e"; do
             if kill -0 "${relay%%:*}"; then
-                cat <"${relay#*:}" >/dev/null &
+                cat <"${relay#*:}" >/dev/null 5>&- 6>&- 7>&- &
                 kill "${relay%%:*}"
             fi
         done
+        g=c$n # new FIFOs for the next command: whatever holds these writes into none
     fi
     wait "$ro" "$re"
     printf '\0\036%s\n' "$token" >&4
     printf '\0\036%s %s\n' "$token" "$st"
     : >"$d/z$n"
-    rm -f -- "$o" "$e" "$d/i$n" "$d/w$n"
+    waiter "$((n + 1))" "$g" & # the next command's, ahead (FIFOs no process holds now)
+    tries=0 # until it is known, a request for it waits for this waiter
+    while ! known "$((n + 1))" && kill -0 "$!" && [ "$tries" -lt 5000 ]; do
+        nap 0.0002
+        tries=$((tries + 1))
+    done
 }
 
-# Signal every process of command $1: its group, and whatever carries its marker.
+# Command $1's waiter and command started ahead (w, wc), once written whole in W$1.
+known() { [ -e "$d/W$1" ] && IFS=' ' read -r w wc <"$d/W$1"; }
+
+# A waiter whose command never came: it ends, with its relays.
+gone() {
+    kill "$ro" "$re"
+    exit 0
+}
+
+# Remove what commands before $1 left in the session's directory (once in 64 commands).
+forget_before() {
+    local upto=$1 k=$(($1 - 64))
+    set --
+    while [ "$k" -lt "$upto" ]; do
+        set -- "$@" "$d/p$k" "$d/w$k" "$d/z$k" "$d/W$k" "$d/i$k"
+        [ "c$k" = "$g" ] || set -- "$@" "$d/oc$k" "$d/ec$k" # a cut's FIFOs, once unused
+        k=$((k + 1))
+    done
+    rm -f -- "$@" &
+}
+
+# Signal every process of command $1 the kernel still ties to it: its group, its env marker,
+# its process's descendants, whatever holds its output FIFOs for writing or its stdin file,
+# and what an earlier sweep of it found so (by pid and start time: never a recycled pid).
+# One that clears its env, leaves the group, closes or redirects all of these descriptors
+# and whose parent had already ended when it was looked for is a daemon: none of these find it.
 sweep() {
-    left=0
-    if IFS= read -r pg <"$d/p$1"; then kill "-$2" -- "-$pg" && left=1; fi
+    left=0 pg= g=
+    IFS=' ' read -r pg g <"$d/p$1"
+    found=()
+    [ -z "$pg" ] || tied "$1" "$pg" "$d/o$g" "$d/e$g" # first: before its parent is signalled
+    if [ -n "$pg" ]; then kill "-$2" -- "-$pg" && left=1; fi
     for f in $(grep -l -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ); do
         p=${f#/proc/}
         p=${p%/environ}
         [ "$p" = "$$" ] || { kill "-$2" "$p" && left=$((left + 1)); }
+    done
+    for p in "${!found[@]}"; do
+        kill "-$2" "$p" && left=$((left + 1))
+    done
+}
+
+# Which processes of command $1 (its process: $2, its FIFOs $3 and $4) live: into found,
+# and into known (pid: start time).
+tied() {
+    local -A parent=() start=()
+    local n=$1 c=$2 o=$3 e=$4 i=$d/i$1 f p line rest k v
+    found=()
+    for f in /proc/[0-9]*/stat; do
+        IFS= read -r line <"$f" || continue
+        p=${f#/proc/}
+        p=${p%/stat}
+        rest=${line##*) }
+        set -f
+        # shellcheck disable=SC2086 # the fields after the name: state, parent, ..., start
+        set -- $rest
+        set +f
+        [ "$1" != Z ] || continue
+        parent[$p]=$2 start[$p]=${20}
+        [ "${known[$p]}" != "${20}" ] || found[$p]=
+    done
+    for p in "${!parent[@]}"; do # descendants of the command's process
+        k=$p v=0
+        while [ "$v" -lt 64 ] && [ "${parent[$k]:-0}" -gt 1 ]; do
+            k=${parent[$k]}
+            if [ "$k" = "$c" ]; then found[$p]= && break; fi
+            v=$((v + 1))
+        done
+    done
+    if [ ! -e "$d/z$n" ]; then # its FIFOs are its own until its end records (then reused)
+        writers "$o" "$e"
+        [ ! -e "$i" ] || for f in /proc/[0-9]*/fd/[0-9]*; do # and its stdin file's readers
+            [ "$f" -ef "$i" ] || continue
+            p=${f#/proc/}
+            found[${p%%/*}]=
+        done
+    fi
+    unset "found[$$]" "found[$BASHPID]"
+    for p in "${!found[@]}"; do
+        [ -z "${start[$p]}" ] || known[$p]=${start[$p]}
     done
 }
 
 # End command $2's processes; report how many are left (0: none, confirmed).
 end_command() {
     token=$1 n=$2 grace=$3
+    known=()
     sweep "$n" TERM
     tries=0
     while [ "$left" -gt 0 ] && [ "$tries" -lt "$grace" ]; do
@@ -155,7 +310,9 @@ check_waiter() {
     fi
 }
 
-buf= cur_w= cur_n= cur_t=
+declare -A known found # what a sweep found (see tied)
+waiter 1 0 & # the first command's, ahead
+buf= cur_w= cur_n= cur_t= last_w=$!
 while :; do
     if [ -n "$cur_w" ] && [ -e "$d/z$cur_n" ]; then cur_w=; fi # its records are written
     if [ -n "$cur_w" ]; then # a command runs: look after its watcher once a second
@@ -180,21 +337,19 @@ while :; do
     case $kind in
     R)
         printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
-        has_cwd= has_in= cwd= script=
-        if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
-            ready=1
-        else # made after the last command, unless a command removed them (or their directory)
-            [ -d "$d" ] || mkdir -m 700 -- "$d"
-            rm -f -- "$d/o$n" "$d/e$n"
-            ready=
+        [ -d "$d" ] || mkdir -m 700 -- "$d"
+        w= wc= tries=0
+        if printf '%s %s %s\n' "$a" "$b" "$c" >"$d/r"; then
+            [ -e "$d/W$n" ] || kill -0 "$last_w" || { waiter "$n" "f$n" & last_w=$!; } # lost
+            while ! known "$n" && kill -0 "$last_w" && [ "$tries" -lt 5000 ]; do
+                nap 0.0002 # the last waiter is starting this command's: a moment
+                tries=$((tries + 1))
+            done
+            known "$n" || wc=
         fi
-        if field "$a"; then has_cwd=1 cwd=$v; fi
-        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
-        field "$c" && script=$v
-        if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
-            waiter "$token" "$n" &
-            cur_w=$! cur_n=$n cur_t=$token
-            mkfifo -m 600 -- "$d/o$((n + 1))" "$d/e$((n + 1))" # the next command's, meanwhile
+        if [ -n "$wc" ] && kill -0 "$wc" && printf '%s %s\n' "$w" "$token" >&7 &&
+            printf '%s\n' "$wc" >&6; then
+            cur_w=$w cur_n=$n cur_t=$token last_w=$w
         else
             printf '\0\036%s\n' "$token" >&4
             printf '\0\036%s x 126\n' "$token"

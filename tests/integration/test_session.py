@@ -152,6 +152,72 @@ def test_timeout_ends_setsid_and_double_forks_and_confirms_it(
     assert box.run("echo after").stdout == "after\n"
 
 
+def test_timeout_ends_a_child_that_clears_its_env_and_leaves_the_group(
+    emulator: Emulator, box: Lease
+) -> None:
+    # Neither the command's process group nor its env marker finds it: its parent (the
+    # command's shell, still running at the timeout) and the pipes it holds do.
+    box.run("true")
+    emulator.clear_request_log()
+    held = str(10**6 + secrets.randbelow(10**6))  # its argv, to find it among the host's
+    redirected = str(int(held) + 1)
+
+    result = box.run(
+        f"env -i setsid sleep {held} & env -i setsid sleep {redirected} >/dev/null 2>&1 &"
+        " echo started; sleep 1000",
+        timeout=3,
+    )
+
+    assert (result.timed_out, result.stdout) == (True, "started\n")
+    assert _sleeping(emulator, box.id, held, redirected) == []
+    kinds = [name for name, _ in operations(emulator)]
+    assert kinds.count("process.input") == 2  # the command, then ending it: confirmed
+    assert "process.delete" not in kinds  # not by terminating the whole session
+    assert box.run("echo after").stdout == "after\n"
+
+
+def test_a_child_that_clears_its_env_and_leaves_the_group_is_cut_from_the_output(
+    emulator: Emulator, box: Lease
+) -> None:
+    # It holds the command's output pipes after the command ended: the relays are cut after
+    # 0.2 s (it lives on, as any background child), and the command ends normally.
+    held = str(10**6 + secrets.randbelow(10**6))
+
+    result = box.run(f"env -i setsid sleep {held} & echo fg", timeout=30)
+
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, "fg\n", False)
+    assert box.run("echo after").stdout == "after\n"
+    box.run(f"pkill -f 'sleep {held}'; true")
+
+
+def test_the_session_directory_stays_small_over_many_commands(box: Lease) -> None:
+    # Each command leaves a few small files (its pid, job notices, its end mark); once in
+    # 64 commands the supervisor removes the older ones.
+    for i in range(140):
+        box.run("(sleep 0.3; echo late) & echo now" if i % 30 == 0 else "true")
+
+    listed = box.run('ls -A "${TMPDIR:-/tmp}"/.createos_sync_session.*/').stdout.split()
+
+    assert 0 < len(listed) < 5 * 64 + 16, len(listed)
+
+
+def _sleeping(emulator: Emulator, sandbox_id: str | None, *durations: str) -> list[int]:
+    """The host pids of the sandbox's processes running ``sleep DURATION`` (any of them)."""
+    wanted = {b"sleep\x00" + duration.encode() + b"\x00" for duration in durations}
+    found = []
+    for live in emulator.live_processes():
+        if live.sandbox_id != sandbox_id:
+            continue
+        for pid in live.pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    if cmdline.read() in wanted:
+                        found.append(pid)
+            except OSError:
+                continue
+    return found
+
+
 def test_a_background_child_keeps_running_and_writes_into_no_later_command(box: Lease) -> None:
     result = box.run("(for i in $(seq 50); do echo bg; sleep 0.1; done) & echo fg")
 
