@@ -295,6 +295,8 @@ class CommandSession:
             self._stop(current, escalate)
             return self._lost(command, current, None, started, timeout)
         timed_out = not current.done
+        if not timed_out and self._killed_by_close(current):
+            return self._cut_short(command, current, started, timeout)
         if timed_out:
             if cancel is not None and cancel.is_set():
                 log.info("command %d of session %s was cancelled", self._count, self.id)
@@ -441,6 +443,14 @@ class CommandSession:
         )
         lost.result = result
         raise lost
+
+    def _killed_by_close(self, current: InFlight) -> bool:
+        """A signal ended the command after closing began terminating its session (as a
+        managed process's ``cut_by_close``): closing's, not the command's own end."""
+        if not (current.stdout_end or "").startswith("s ") or not self.box.table.was_cut(self.id):
+            return False
+        self.ended = True  # closing terminates the session (and confirms it)
+        return True
 
     def _cut_short(
         self, command: Command, current: InFlight, started: float, timeout: float

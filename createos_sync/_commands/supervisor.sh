@@ -55,12 +55,13 @@ nap() { IFS= read -r -t "$1" -u 5 _ || :; }
 # The status of command $2 (already waited for, `wait` status $1): "x CODE" or "s SIGNUM".
 # `wait` gives 128+N for both an exit(128+N) and a death by signal N; only the latter
 # leaves a job notice (bash's words for the signal) that is neither "Exit" nor "Done".
+# None when that notice cannot be read (the session's directory is gone): unknown.
 status_of() {
-    s=$1 note= line=
+    s=$1 note= line= st=
     if [ "$s" -gt 128 ]; then
         while IFS= read -r line; do
             case $line in *" Exit "* | *" Done "*) ;; *the_command*) note=1 ;; esac
-        done <"$d/w$2"
+        done <"$d/w$2" || return 0
     fi
     if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
 }
@@ -153,10 +154,14 @@ waiter() {
         if kill -0 "$to"; then printf '%s %s\n' "$to" "$token" >&7 && gone; fi
         IFS=' ' read -r -u 7 to token || gone
     done
-    wait "$c" 2>"$d/w$n"
-    s=$?
+    # Without the session's directory (its EXIT trap removed it: closing terminates the
+    # session; or a command did) a failed redirection must not pass for the command's status
+    # ("x 1"), nor an exit(128+N) for a death by signal N with no job notice to tell them apart
+    # ("x 143" for a SIGTERM): then no record, and the session's end or its "L" says so.
+    { wait "$c"; s=$?; } 2>"$d/w$n" || { wait "$c"; s=$?; }
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
+    [ -n "$st" ] || gone
     tries=0 # the relays end as soon as they read EOF, normally: look again for 5 ms at most
     while relaying && [ "$tries" -lt 50 ]; do
         nap 0.0001
