@@ -9,8 +9,8 @@
 #   K TOKEN N GRACE              end command N's processes (TERM, GRACE s, KILL), report
 #
 # Records on the session's stdout / stderr start with NUL RS and a TOKEN the client chose
-# for this request (128 random bits, held only in this shell's variables and on its private
-# go pipe: never in an argv, an env or a file), so no command can write one:
+# for this request (128 random bits, held only in this shell's variables: never in an
+# argv, an env or a file), so no command can write one:
 #
 #   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
 #           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report;
@@ -23,12 +23,6 @@
 # stdout / stderr through FIFOs relayed by `cat`: once it has ended (and 0.2 s passed for
 # a background child holding them), its relays are cut, so nothing it leaves behind
 # writes into a later command's output.
-#
-# What a command's start would cost in forks is paid while the session is idle: each
-# command's watcher (`waiter`) is started by the previous one right after its end records,
-# makes or reuses its FIFOs, starts its relays and waits on the go pipe. A request then
-# costs the loop no fork, and the command only its own (its shell starts fresh, when its
-# request has come: its env, cwd and profile are never prepared ahead).
 
 sid=$1
 # The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
@@ -41,14 +35,8 @@ until d=${TMPDIR:-/tmp}/.createos_sync_session.$$.$RANDOM$RANDOM && mkdir -m 700
     tries=$((tries + 1))
     [ "$tries" -lt 20 ] || exit 97
 done
-# tick: read -t on it is a sleep without a fork. go: "PID" lines, each to the command started
-# ahead as PID, whose request has come (its fields in the file r); "q": the session ends, and
-# what was started ahead goes with it. tok: "PID TOKEN" lines, each to the waiter PID of that
-# command, read before its command's shell starts (so the token never touches a file, nor a
-# command's process).
-mkfifo -m 600 -- "$d/tick" "$d/go" "$d/tok" && exec 5<>"$d/tick" 6<>"$d/go" 7<>"$d/tok" &&
-    rm -- "$d/go" "$d/tok" || exit 97 # held by descriptor only: no path leads to them
-trap 'printf "q\n" >&6; rm -rf -- "$d"' EXIT
+trap 'rm -rf -- "$d"' EXIT
+mkfifo -m 600 -- "$d/tick" && exec 5<>"$d/tick" # read -t on it: a sleep without a fork
 
 nap() { IFS= read -r -t "$1" -u 5 _ || :; }
 
@@ -66,39 +54,13 @@ status_of() {
     if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
 }
 
-# The command's own process (its job: the only one named the_command, see status_of), started
-# ahead: it waits for its go, then takes its request's fields from the file r.
+# The command's own process (its job: the only one named the_command, see status_of).
 the_command() {
-    exec 4>&-
-    until IFS= read -r -t 5 -u 6 to; do
-        [ "$?" -gt 128 ] && kill -0 "$$" || exit 0
-    done
-    while [ "$to" != "$BASHPID" ]; do # not for this one: pass it on, unless it is stale
-        if [ "$to" = q ]; then printf 'q\n' >&7 && exit 0; fi # and so its waiter ends too
-        if kill -0 "$to"; then printf '%s\n' "$to" >&6 && exit 0; fi
-        IFS= read -r -u 6 to || exit 0
-    done
-    tries=0 # its waiter reads the token at once: its shell starts once it is out of reach
-    while IFS= read -r -t 0 -u 7 && [ "$tries" -lt 1000 ]; do
-        nap 0.0001
-        tries=$((tries + 1))
-    done
-    exec 5>&- 6>&- 7>&-
-    line=
-    IFS= read -r line <"$d/r"
-    : >"$d/r"
-    [ -n "$line" ] || exit 126
-    set -f
-    # shellcheck disable=SC2086 # split on spaces only, no glob
-    IFS=' ' && set -- $line && unset IFS
-    if field "$1"; then cd -- "$v" || exit 1; fi
-    case $2 in
-    :*) printf '%b' "${2#:}" >"$d/i$n" && exec 0<"$d/i$n" || exit 1 ;;
-    *) exec 0</dev/null ;;
-    esac
-    field "$3" || exit 126
+    exec 4>&- 5>&-
+    if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
+    if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
     export CREATEOS_SYNC_RUN="$sid.$n."
-    exec /bin/bash -lc "$v"
+    exec /bin/bash -lc "$script"
 }
 
 relaying() { kill -0 "$ro" || kill -0 "$re"; }
@@ -130,30 +92,19 @@ writers() {
     done
 }
 
-# Command $1's watcher, from before its request (its relays on FIFOs o$2 / e$2, its command
-# started ahead) to its end records; then it starts the next command's and says so in W$1+1.
+
+# One command, from its start to its end records: a background subshell per command.
 waiter() {
-    n=$1 g=$2 o=$d/o$2 e=$d/e$2
-    { [ -p "$o" ] && [ -p "$e" ]; } || mkfifo -m 600 -- "$o" "$e" || exit 0 # the loop sees it
-    set +m # the relays: children in this group
-    cat <"$o" 5>&- 6>&- 7>&- &
-    ro=$!
-    cat <"$e" >&4 5>&- 6>&- 7>&- &
-    re=$!
+    token=$1 n=$2 o=$d/o$2 e=$d/e$2
     set -m
+    cat <"$o" &
+    ro=$!
+    cat <"$e" >&4 &
+    re=$!
     the_command >"$o" 2>"$e" &
     c=$!
-    echo "$c $g" >"$d/p$n"
-    echo "$BASHPID $c" >"$d/W$n"
-    [ $((n % 64)) -ne 0 ] || forget_before "$((n - 1))"
-    until IFS=' ' read -r -t 5 -u 7 to token; do # the token: it comes just before the go
-        if [ "$?" -le 128 ] || ! kill -0 "$c"; then gone; fi # the session ended
-    done
-    while [ "$to" != "$BASHPID" ]; do # not for this waiter: pass it on, unless it is stale
-        [ "$to" != q ] || gone
-        if kill -0 "$to"; then printf '%s %s\n' "$to" "$token" >&7 && gone; fi
-        IFS=' ' read -r -u 7 to token || gone
-    done
+    echo "$c" >"$d/p$n"
+    [ $((n % 64)) -ne 0 ] || forget_before "$n"
     # Without the session's directory (its EXIT trap removed it: closing terminates the
     # session; or a command did) a failed redirection must not pass for the command's status
     # ("x 1"), nor an exit(128+N) for a death by signal N with no job notice to tell them apart
@@ -161,7 +112,10 @@ waiter() {
     { wait "$c"; s=$?; } 2>"$d/w$n" || { wait "$c"; s=$?; }
     jobs -l >>"$d/w$n"
     status_of "$s" "$n"
-    [ -n "$st" ] || gone
+    if [ -z "$st" ]; then
+        kill "$ro" "$re"
+        exit 0
+    fi
     tries=0 # the relays end as soon as they read EOF, normally: look again for 5 ms at most
     while relaying && [ "$tries" -lt 50 ]; do
         nap 0.0001
@@ -177,40 +131,25 @@ waiter() {
     if relaying && lives "$n" "$c"; then # cut: drain what comes later, then stop the relay
         for relay in "$ro:$o" "$re:$e"; do
             if kill -0 "${relay%%:*}"; then
-                cat <"${relay#*:}" >/dev/null 5>&- 6>&- 7>&- &
+                cat <"${relay#*:}" >/dev/null &
                 kill "${relay%%:*}"
             fi
         done
-        g=c$n # new FIFOs for the next command: whatever holds these writes into none
     fi
     wait "$ro" "$re"
     printf '\0\036%s\n' "$token" >&4
     printf '\0\036%s %s\n' "$token" "$st"
     : >"$d/z$n"
-    waiter "$((n + 1))" "$g" & # the next command's, ahead (FIFOs no process holds now)
-    tries=0 # until it is known, a request for it waits for this waiter
-    while ! known "$((n + 1))" && kill -0 "$!" && [ "$tries" -lt 5000 ]; do
-        nap 0.0002
-        tries=$((tries + 1))
-    done
+    rm -f -- "$o" "$e" "$d/i$n" "$d/w$n"
 }
 
-# Command $1's waiter and command started ahead (w, wc), once written whole in W$1.
-known() { [ -e "$d/W$1" ] && IFS=' ' read -r w wc <"$d/W$1"; }
-
-# A waiter whose command never came: it ends, with its relays.
-gone() {
-    kill "$ro" "$re"
-    exit 0
-}
-
-# Remove what commands before $1 left in the session's directory (once in 64 commands).
+# Remove the pid and end marks commands before $1 left (once in 64 commands): only the
+# running command's are ever read again.
 forget_before() {
-    local upto=$1 k=$(($1 - 64))
+    local k=$(($1 - 64))
     set --
-    while [ "$k" -lt "$upto" ]; do
-        set -- "$@" "$d/p$k" "$d/w$k" "$d/z$k" "$d/W$k" "$d/i$k"
-        [ "c$k" = "$g" ] || set -- "$@" "$d/oc$k" "$d/ec$k" # a cut's FIFOs, once unused
+    while [ "$k" -lt "$(($1 - 1))" ]; do
+        set -- "$@" "$d/p$k" "$d/z$k"
         k=$((k + 1))
     done
     rm -f -- "$@" &
@@ -222,10 +161,10 @@ forget_before() {
 # One that clears its env, leaves the group, closes or redirects all of these descriptors
 # and whose parent had already ended when it was looked for is a daemon: none of these find it.
 sweep() {
-    left=0 pg= g=
-    IFS=' ' read -r pg g <"$d/p$1"
+    left=0 pg=
+    IFS= read -r pg <"$d/p$1"
     found=()
-    [ -z "$pg" ] || tied "$1" "$pg" "$d/o$g" "$d/e$g" # first: before its parent is signalled
+    [ -z "$pg" ] || tied "$1" "$pg" "$d/o$1" "$d/e$1" # first: before its parent is signalled
     if [ -n "$pg" ]; then kill "-$2" -- "-$pg" && left=1; fi
     for f in $(grep -l -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ); do
         p=${f#/proc/}
@@ -264,7 +203,7 @@ tied() {
             v=$((v + 1))
         done
     done
-    if [ ! -e "$d/z$n" ]; then # its FIFOs are its own until its end records (then reused)
+    if [ ! -e "$d/z$n" ]; then # its FIFOs are its own until its end records (then removed)
         writers "$o" "$e"
         [ ! -e "$i" ] || for f in /proc/[0-9]*/fd/[0-9]*; do # and its stdin file's readers
             [ "$f" -ef "$i" ] || continue
@@ -316,8 +255,7 @@ check_waiter() {
 }
 
 declare -A known found # what a sweep found (see tied)
-waiter 1 0 & # the first command's, ahead
-buf= cur_w= cur_n= cur_t= last_w=$!
+buf= cur_w= cur_n= cur_t=
 while :; do
     if [ -n "$cur_w" ] && [ -e "$d/z$cur_n" ]; then cur_w=; fi # its records are written
     if [ -n "$cur_w" ]; then # a command runs: look after its watcher once a second
@@ -342,19 +280,21 @@ while :; do
     case $kind in
     R)
         printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
-        [ -d "$d" ] || mkdir -m 700 -- "$d"
-        w= wc= tries=0
-        if printf '%s %s %s\n' "$a" "$b" "$c" >"$d/r"; then
-            [ -e "$d/W$n" ] || kill -0 "$last_w" || { waiter "$n" "f$n" & last_w=$!; } # lost
-            while ! known "$n" && kill -0 "$last_w" && [ "$tries" -lt 5000 ]; do
-                nap 0.0002 # the last waiter is starting this command's: a moment
-                tries=$((tries + 1))
-            done
-            known "$n" || wc=
+        has_cwd= has_in= cwd= script=
+        if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
+            ready=1
+        else # made after the last command, unless a command removed them (or their directory)
+            [ -d "$d" ] || mkdir -m 700 -- "$d"
+            rm -f -- "$d/o$n" "$d/e$n"
+            ready=
         fi
-        if [ -n "$wc" ] && kill -0 "$wc" && printf '%s %s\n' "$w" "$token" >&7 &&
-            printf '%s\n' "$wc" >&6; then
-            cur_w=$w cur_n=$n cur_t=$token last_w=$w
+        if field "$a"; then has_cwd=1 cwd=$v; fi
+        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
+        field "$c" && script=$v
+        if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
+            waiter "$token" "$n" &
+            cur_w=$! cur_n=$n cur_t=$token
+            mkfifo -m 600 -- "$d/o$((n + 1))" "$d/e$((n + 1))" # the next command's, meanwhile
         else
             printf '\0\036%s\n' "$token" >&4
             printf '\0\036%s x 126\n' "$token"

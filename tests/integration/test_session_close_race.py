@@ -78,7 +78,7 @@ def session(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     )  # fmt: skip
     tree: list[int] = []
     try:
-        wait_for(lambda: any(tmp_path.glob(".createos_sync_session.*/W1")), "no first waiter")
+        wait_for(lambda: any(tmp_path.glob(".createos_sync_session.*/tick")), "no session")
         directory = next(tmp_path.glob(".createos_sync_session.*"))
         tree = descendants(supervisor.pid)
         yield supervisor, directory
@@ -100,7 +100,20 @@ def send(supervisor: subprocess.Popen[bytes], token: str) -> None:
 
 
 def command_of(directory: Path) -> int:
-    return int((directory / "W1").read_text().split()[1])
+    """The first command's pid, once its watcher wrote it (``p1``)."""
+    pid: list[int] = []
+
+    def written() -> bool:
+        with contextlib.suppress(OSError, ValueError):
+            pid.append(int((directory / "p1").read_text()))
+        return bool(pid)
+
+    wait_for(written, "the command never started")
+    return pid[0]
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def sleeping(pid: int) -> bool:
@@ -110,25 +123,26 @@ def sleeping(pid: int) -> bool:
         return False
 
 
-def test_a_watcher_that_outlives_its_session_says_no_status_its_wait_never_had(
+def test_a_watcher_that_outlives_its_session_directory_says_no_status(
     session: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     supervisor, directory = session
-    waiter = int((directory / "W1").read_text().split()[0])
-    command = command_of(directory)
-    os.kill(waiter, signal.SIGSTOP)  # its SIGTERM comes last: it runs on once the trap ran
     token = framing.new_token()
     send(supervisor, token)
+    command = command_of(directory)
     wait_for(lambda: sleeping(command), "the command never started")
+    waiter = parent_of(command)
+    os.kill(waiter, signal.SIGSTOP)  # its SIGTERM comes last: it runs on once the trap ran
     # What the supervisor's EXIT trap does when its SIGTERM comes first (the trap itself is
     # not run here: the supervisor's death would orphan the stopped watcher's group, and the
-    # kernel would hang it up)
+    # kernel would hang it up); then the command dies of a signal, its job notice unwritable
     shutil.rmtree(directory)
+    os.kill(command, signal.SIGKILL)
     os.kill(waiter, signal.SIGCONT)
     time.sleep(1.5)  # were the watcher to write its records, they come in this time
-    signal_quietly([command, *descendants(supervisor.pid)], signal.SIGKILL)
+    signal_quietly(descendants(supervisor.pid), signal.SIGKILL)
     out, _ = supervisor.communicate(timeout=10)
-    # never "x 1" (its `wait` never ran): no status, or "L" (the watcher is gone)
+    # never "x 137" (no job notice to tell a signal from an exit): no status, or "L"
     assert end_records(out, token) in (["a"], ["a", "L"]), out
 
 
@@ -136,9 +150,9 @@ def test_a_command_cut_after_its_session_ended_gets_no_exit_status(
     session: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     supervisor, directory = session
-    command = command_of(directory)
     token = framing.new_token()
     send(supervisor, token)
+    command = command_of(directory)
     wait_for(lambda: sleeping(command), "the command never started")
     supervisor.send_signal(signal.SIGTERM)
     wait_for(lambda: not directory.exists(), "the trap never ran")
