@@ -151,7 +151,7 @@ venv user "$py" "$wheel" pytest & pending[user]=$!
 # (no .pyc compiled ahead where check 3 does not look: the kernel's packages are large)
 venv emu "$py" --no-compile "$wheel[emulator]" pytest & pending[emu]=$!
 venv nb "$py" --no-compile "$wheel[emulator]" nbclient ipykernel & pending[nb]=$!
-venv oldest "$oldest" "$wheel[emulator]" pytest responses hypothesis -c "$work/floors.txt" &
+venv oldest "$oldest" "$wheel[emulator]" pytest responses hypothesis anyio -c "$work/floors.txt" &
 pending[oldest]=$!
 for i in "${!newer[@]}"; do
   venv "newer$i" "${newer[$i]}" "$wheel" pytest & pending[newer$i]=$!
