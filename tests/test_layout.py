@@ -20,6 +20,21 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _imported(node: ast.AST, here: list[str], modules: set[str]) -> set[str]:
+    """What one statement imports: a module, or the package a name comes from (``here``:
+    the importing module's package, for relative imports)."""
+    if isinstance(node, ast.ImportFrom):
+        base = here[: len(here) - node.level + 1] if node.level else []
+        source = ".".join(base + ([node.module] if node.module else []))
+        return {
+            f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+            for alias in node.names
+        }
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    return set()
+
+
 def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
     """The package's modules that ``path`` imports when it runs (``TYPE_CHECKING`` aside)."""
     name, found = _module_name(path), set()
@@ -30,14 +45,7 @@ def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 visit(node.orelse)
                 continue
-            if isinstance(node, ast.ImportFrom):
-                base = here[: len(here) - node.level + 1] if node.level else []
-                source = ".".join(base + ([node.module] if node.module else []))
-                for alias in node.names:
-                    whole = f"{source}.{alias.name}"
-                    found.add(whole if whole in modules else source)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
+            found.update(_imported(node, here, modules))
             for child in ("body", "orelse", "finalbody", "handlers"):
                 if isinstance(getattr(node, child, None), list):
                     visit(getattr(node, child))
@@ -137,14 +145,7 @@ def _all_imports() -> dict[str, set[str]]:
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = here[: len(here) - node.level + 1] if node.level else []
-                source = ".".join(base + ([node.module] if node.module else []))
-                for alias in node.names:
-                    whole = f"{source}.{alias.name}"
-                    found.add(whole if whole in modules else source)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
+            found.update(_imported(node, here, modules))
         graph[name] = {t for t in found if t.startswith("createos_sync")}
     return graph
 
