@@ -93,10 +93,15 @@ def end_records(out: bytes, token: str) -> list[str]:
     return [line[len(prefix) :].decode() for line in out.split(b"\n") if line.startswith(prefix)]
 
 
-def send(supervisor: subprocess.Popen[bytes], token: str) -> None:
+def started(supervisor: subprocess.Popen[bytes], directory: Path) -> tuple[str, int]:
+    """Send the first command (``sleep 6``): its token and its pid, once it sleeps."""
     assert supervisor.stdin is not None
+    token = framing.new_token()
     supervisor.stdin.write(framing.run_request(token, 1, None, None, "sleep 6"))
     supervisor.stdin.flush()
+    command = command_of(directory)
+    wait_for(lambda: sleeping(command), "the command never started")
+    return token, command
 
 
 def command_of(directory: Path) -> int:
@@ -127,10 +132,7 @@ def test_a_watcher_that_outlives_its_session_directory_says_no_status(
     session: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     supervisor, directory = session
-    token = framing.new_token()
-    send(supervisor, token)
-    command = command_of(directory)
-    wait_for(lambda: sleeping(command), "the command never started")
+    token, command = started(supervisor, directory)
     waiter = parent_of(command)
     os.kill(waiter, signal.SIGSTOP)  # its SIGTERM comes last: it runs on once the trap ran
     # What the supervisor's EXIT trap does when its SIGTERM comes first (the trap itself is
@@ -150,10 +152,7 @@ def test_a_command_cut_after_its_session_ended_gets_no_exit_status(
     session: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     supervisor, directory = session
-    token = framing.new_token()
-    send(supervisor, token)
-    command = command_of(directory)
-    wait_for(lambda: sleeping(command), "the command never started")
+    token, command = started(supervisor, directory)
     supervisor.send_signal(signal.SIGTERM)
     wait_for(lambda: not directory.exists(), "the trap never ran")
     os.kill(command, signal.SIGTERM)  # the watcher's wait ends, its job notice has no file
