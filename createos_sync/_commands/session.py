@@ -447,7 +447,8 @@ class CommandSession:
     def _killed_by_close(self, current: InFlight) -> bool:
         """A signal ended the command after closing began terminating its session (as a
         managed process's ``cut_by_close``): closing's, not the command's own end."""
-        if not (current.stdout_end or "").startswith("s ") or not self.box.table.was_cut(self.id):
+        _, signal = current.status()
+        if signal is None or not self.box.table.was_cut(self.id):
             return False
         self.ended = True  # closing terminates the session (and confirms it)
         return True
