@@ -144,11 +144,12 @@ waiter() {
 }
 
 # Remove the pid and end marks commands before $1 left (once in 64 commands): only the
-# running command's are ever read again.
+# running command's are ever read again. The one just before $1 may still be writing its end
+# mark: it goes with the next 64.
 forget_before() {
-    local k=$(($1 - 64))
+    local upto=$(($1 - 1)) k=$(($1 - 65))
     set --
-    while [ "$k" -lt "$(($1 - 1))" ]; do
+    while [ "$k" -lt "$upto" ]; do
         set -- "$@" "$d/p$k" "$d/z$k"
         k=$((k + 1))
     done
