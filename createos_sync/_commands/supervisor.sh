@@ -23,6 +23,16 @@
 # stdout / stderr through FIFOs relayed by `cat`: once it has ended (and 0.2 s passed for
 # a background child holding them), its relays are cut, so nothing it leaves behind
 # writes into a later command's output.
+#
+# Forks are what a command's start costs, so they are made ahead, while idle: one watcher
+# (a child of this shell, for the whole session) runs the commands one after another. After
+# each command's end records it makes the next one's slot (K: 1, 2, ...): its output FIFOs,
+# their relays and the command's own process, that last one waiting to be told to go. It
+# reads each command's token and N from a pipe only this shell writes to, then tells the
+# slot's process to go through another, which reads its request from a file; both pipes
+# have no name in any directory (and carry nothing the session's own stdin does not). A
+# slot found broken when its command comes is made again at once; a watcher found dead is
+# started again.
 
 sid=$1
 # The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
@@ -54,11 +64,20 @@ status_of() {
     if [ -n "$note" ]; then st="s $((s - 128))"; else st="x $s"; fi
 }
 
-# The command's own process (its job: the only one named the_command, see status_of).
+# The command's own process (its job: the only one named the_command, see status_of),
+# made ahead: it waits for "go N" on fd 6, then reads request N's fields (whether it has
+# stdin, cwd, script) from its file.
 the_command() {
+    local go= has_in= a= c=
     exec 4>&- 5>&-
-    if [ -n "$has_cwd" ]; then cd -- "$cwd" || exit 1; fi
-    if [ -n "$has_in" ]; then exec 0<"$d/i$n" || exit 1; else exec 0</dev/null; fi
+    IFS=' ' read -r -u 6 go n
+    exec 6<&-
+    [ "$go" = go ] || exit 1
+    IFS=' ' read -r has_in a c <"$d/q$n" || exit 1
+    if field "$a"; then cd -- "$v" || exit 1; fi
+    if [ "$has_in" = : ]; then exec 0<"$d/i$n" || exit 1; fi
+    script=
+    if field "$c"; then script=$v; fi
     export CREATEOS_SYNC_RUN="$sid.$n."
     exec /bin/bash -lc "$script"
 }
@@ -69,7 +88,7 @@ relaying() { kill -0 "$ro" || kill -0 "$re"; }
 marked() { grep -q -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ; }
 
 # Whether a process of command $1 (process group $2) is alive: its group first (no fork), its
-# marker, then whatever still writes into its FIFOs (this waiter's o and e).
+# marker, then whatever still writes into its FIFOs (this slot's o and e).
 lives() {
     kill -0 -- "-$2" || marked "$1" || {
         found=()
@@ -93,17 +112,35 @@ writers() {
 }
 
 
-# One command, from its start to its end records: a background subshell per command.
-waiter() {
-    token=$1 n=$2 o=$d/o$2 e=$d/e$2
+# The session's commands, one after another (a background subshell; see above). Its stdin:
+# "TOKEN N" for each command, EOF when the session ends.
+watcher() {
+    exec 0</proc/self/fd/0 {w_fd}<&- # read-only: the supervisor's end is the only writer
     set -m
-    cat <"$o" &
-    ro=$!
-    cat <"$e" >&4 &
-    re=$!
-    the_command >"$o" 2>"$e" &
-    c=$!
-    echo "$c" >"$d/p$n"
+    k=0
+    while :; do
+        k=$((k + 1)) o=$d/o$k e=$d/e$k ro= re= c=
+        made || abandon
+        if ! IFS=' ' read -r token n; then # the session ended
+            abandon && forsake
+            exit 0
+        fi
+        if working || { abandon && made; }; then
+            run_one
+        else # a command removed the directory and it could not be made again
+            abandon
+            printf '\0\036%s\n' "$token" >&4
+            printf '\0\036%s x 126\n' "$token"
+        fi
+        forsake
+    done
+}
+
+# Run command N in the slot made for it, to its end records.
+run_one() {
+    printf '%s\n%s\n' "$c" "$k" >"$d/p$n" # its process (and group), its slot: for a kill
+    printf 'go %s\n' "$n" >&6
+    exec 6>&-
     [ $((n % 64)) -ne 0 ] || forget_before "$n"
     # Without the session's directory (its EXIT trap removed it: closing terminates the
     # session; or a command did) a failed redirection must not pass for the command's status
@@ -140,8 +177,35 @@ waiter() {
     printf '\0\036%s\n' "$token" >&4
     printf '\0\036%s %s\n' "$token" "$st"
     : >"$d/z$n"
-    rm -f -- "$o" "$e" "$d/i$n" "$d/w$n"
 }
+
+# Start slot $k's relays and command process (blocked until told to go); false if any failed.
+made() {
+    mkfifo -m 600 -- "$o" "$e" || { rm -f -- "$o" "$e" && mkfifo -m 600 -- "$o" "$e"; } || return 1
+    cat <"$o" &
+    ro=$!
+    cat <"$e" >&4 &
+    re=$!
+    exec 6<> <(:) || return 1 # its go: a pipe with no name, held by the watcher and by it
+    the_command </dev/null >"$o" 2>"$e" &
+    c=$!
+}
+
+# Whether slot $k is still whole: its three processes and its FIFOs.
+working() {
+    [ -n "$c" ] && kill -0 "$c" && kill -0 "$ro" && kill -0 "$re" && [ -p "$o" ] && [ -p "$e" ]
+}
+
+# End what slot $k made (never a command: none was told to go), so it can be made again.
+abandon() {
+    exec 6>&-
+    for p in $c $ro $re; do kill -KILL "$p"; done
+    [ -z "$c$ro$re" ] || wait $c $ro $re
+    ro= re= c=
+}
+
+# The files of slot $k and command $n (in the background: the next slot is made meanwhile).
+forsake() { rm -f -- "$o" "$e" "$d/i$n" "$d/q$n" "$d/w$n" & }
 
 # Remove the pid and end marks commands before $1 left (once in 64 commands): only the
 # running command's are ever read again. The one just before $1 may still be writing its end
@@ -162,10 +226,10 @@ forget_before() {
 # One that clears its env, leaves the group, closes or redirects all of these descriptors
 # and whose parent had already ended when it was looked for is a daemon: none of these find it.
 sweep() {
-    left=0 pg=
-    IFS= read -r pg <"$d/p$1"
+    left=0 pg= slot=
+    { IFS= read -r pg && IFS= read -r slot; } <"$d/p$1"
     found=()
-    [ -z "$pg" ] || tied "$1" "$pg" "$d/o$1" "$d/e$1" # first: before its parent is signalled
+    [ -z "$slot" ] || tied "$1" "$pg" "$slot" # first: before its parent is signalled
     if [ -n "$pg" ]; then kill "-$2" -- "-$pg" && left=1; fi
     for f in $(grep -l -s -a -F -- "CREATEOS_SYNC_RUN=$sid.$1." /proc/[0-9]*/environ); do
         p=${f#/proc/}
@@ -177,11 +241,11 @@ sweep() {
     done
 }
 
-# Which processes of command $1 (its process: $2, its FIFOs $3 and $4) live: into found,
-# and into known (pid: start time).
+# Which processes of command $1 (its process: $2, its slot: $3) live: into found, and into
+# known (pid: start time).
 tied() {
     local -A parent=() start=()
-    local n=$1 c=$2 o=$3 e=$4 i=$d/i$1 f p line rest k v
+    local n=$1 c=$2 o=$d/o$3 e=$d/e$3 i=$d/i$1 f p line rest k v
     found=()
     for f in /proc/[0-9]*/stat; do
         IFS= read -r line <"$f" || continue
@@ -246,8 +310,8 @@ field() { # $1 into $v; false for "-"
     esac
 }
 
-# A waiter killed by its command (`kill $PPID`) wrote no end records: say so instead.
-check_waiter() {
+# A watcher killed by its command (`kill $PPID`) wrote no end records: say so instead.
+check_watcher() {
     if [ -n "$cur_w" ] && ! kill -0 "$cur_w" && [ ! -e "$d/z$cur_n" ]; then
         printf '\0\036%s\n' "$cur_t" >&4
         printf '\0\036%s L\n' "$cur_t"
@@ -255,8 +319,32 @@ check_waiter() {
     fi
 }
 
+# Start the watcher (see above): its pid in w_pid, the pipe to it in w_fd.
+start_watcher() {
+    [ -z "$w_fd" ] || exec {w_fd}>&-
+    w_fd= w_pid=
+    [ -d "$d" ] || mkdir -m 700 -- "$d" # unless a command removed it
+    # A pipe of its own, nameless: read-write here, its other end the process substitution's
+    # (which ends at once). The watcher reopens it read-only: then EOF when this end closes.
+    exec {w_fd}<> <(:) || { w_fd= && return 1; }
+    watcher <&"$w_fd" &
+    w_pid=$!
+}
+
+# Hand request R (token $1, N $2, fields $3 $4 $5: cwd, stdin, script) to the watcher;
+# false if it is gone.
+dispatch() {
+    [ -n "$w_pid" ] && kill -0 "$w_pid" || return 1
+    [ -d "$d" ] || mkdir -m 700 -- "$d"
+    case $4 in :*) printf '%b' "${4#:}" >"$d/i$2" ;; esac &&
+        printf '%s %s %s\n' "${4:0:1}" "$3" "$5" >"$d/q$2" &&
+        printf '%s %s\n' "$1" "$2" >&"$w_fd" || return 1
+    cur_w=$w_pid cur_n=$2 cur_t=$1
+}
+
 declare -A known found # what a sweep found (see tied)
-buf= cur_w= cur_n= cur_t=
+buf= cur_w= cur_n= cur_t= w_pid= w_fd=
+start_watcher
 while :; do
     if [ -n "$cur_w" ] && [ -e "$d/z$cur_n" ]; then cur_w=; fi # its records are written
     if [ -n "$cur_w" ]; then # a command runs: look after its watcher once a second
@@ -267,7 +355,7 @@ while :; do
     rc=$?
     buf=$buf$part
     if [ "$rc" -gt 128 ]; then # no request for 1 s (a partial line is kept in buf)
-        check_waiter
+        check_watcher
         continue
     fi
     [ "$rc" -eq 0 ] || exit 0 # stdin closed: the lease is done with this session
@@ -281,24 +369,12 @@ while :; do
     case $kind in
     R)
         printf '\0\036%s a\n' "$token" # accepted: whatever ends this session now, it ran
-        has_cwd= has_in= cwd= script=
-        if [ -p "$d/o$n" ] && [ -p "$d/e$n" ]; then
-            ready=1
-        else # made after the last command, unless a command removed them (or their directory)
-            [ -d "$d" ] || mkdir -m 700 -- "$d"
-            rm -f -- "$d/o$n" "$d/e$n"
-            ready=
-        fi
-        if field "$a"; then has_cwd=1 cwd=$v; fi
-        case $b in :*) has_in=1 && printf '%b' "${b#:}" >"$d/i$n" ;; esac
-        field "$c" && script=$v
-        if [ -n "$ready" ] || mkfifo -m 600 -- "$d/o$n" "$d/e$n"; then
-            waiter "$token" "$n" &
-            cur_w=$! cur_n=$n cur_t=$token
-            mkfifo -m 600 -- "$d/o$((n + 1))" "$d/e$((n + 1))" # the next command's, meanwhile
-        else
-            printf '\0\036%s\n' "$token" >&4
-            printf '\0\036%s x 126\n' "$token"
+        if ! dispatch "$token" "$n" "$a" "$b" "$c"; then # no watcher (a command killed it)
+            start_watcher
+            if ! dispatch "$token" "$n" "$a" "$b" "$c"; then
+                printf '\0\036%s\n' "$token" >&4
+                printf '\0\036%s x 126\n' "$token"
+            fi
         fi
         ;;
     K)

@@ -110,7 +110,7 @@ def command_of(directory: Path) -> int:
 
     def written() -> bool:
         with contextlib.suppress(OSError, ValueError):
-            pid.append(int((directory / "p1").read_text()))
+            pid.append(int((directory / "p1").read_text().split()[0]))
         return bool(pid)
 
     wait_for(written, "the command never started")
