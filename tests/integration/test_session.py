@@ -110,6 +110,35 @@ def test_a_command_removing_the_session_directory_harms_no_later_command(box: Le
     assert box.run("cat", stdin=b"in").stdout == "in"
 
 
+def test_a_background_child_ending_the_next_commands_prepared_processes_harms_it_not(
+    emulator: Emulator, box: Lease
+) -> None:
+    # The watcher makes the next command's relays (cat) and process ahead, once a command is
+    # over: a child left behind kills them before the next command comes; it is made again.
+    box.run("(sleep 0.5; pkill -KILL -x cat) >/dev/null 2>&1 &")
+    time.sleep(1.5)
+    emulator.clear_request_log()
+
+    result = box.run("echo next; echo err >&2")
+
+    assert (result.stdout, result.stderr, result.exit_code) == ("next\n", "err\n", 0)
+    assert operations(emulator) == [("process.input", 200)]
+
+
+def test_a_background_child_killing_the_idle_watcher_harms_no_later_command(
+    emulator: Emulator, box: Lease
+) -> None:
+    # The watcher (the command's parent) outlives the command: killed while idle, the
+    # supervisor starts another for the next command, in the same session.
+    box.run("w=$PPID; (sleep 0.5; kill -KILL $w) >/dev/null 2>&1 &")
+    time.sleep(1.5)
+    emulator.clear_request_log()
+
+    assert box.run("cat", stdin=b"in").stdout == "in"
+    assert box.run("exit 3").exit_code == 3
+    assert operations(emulator) == [("process.input", 200)] * 2
+
+
 def test_exec_of_another_program_keeps_its_status_and_output(box: Lease) -> None:
     result = box.run("exec sh -c 'echo from sh; kill -TERM $$'")
 
