@@ -1,4 +1,4 @@
-"""The command session's supervisor when closing terminates it under a command.
+"""The command session's supervisor when closing ends it: under a command, or idle.
 
 Closing signals every process of the session's tree, one after another: the
 supervisor's EXIT trap may remove the session's directory while the
@@ -8,6 +8,8 @@ ran; ``x 143``: its job notice was lost), and ``run()`` would return it as
 the command's result instead of raising ``LeaseClosed``. The first two run
 the supervisor directly (no emulator), to force each ordering; the last
 holds close()'s termination back (a fault) while the command dies of a signal.
+Idle, the supervisor holds the next command's processes, made ahead: closing its stdin
+(a kept lease's close) ends them too.
 """
 
 from __future__ import annotations
@@ -121,6 +123,14 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def started_at(pid: int) -> str | None:
+    """The start time of process ``pid`` (None once gone): a recycled pid is another."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
 def sleeping(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
@@ -193,3 +203,23 @@ def test_a_command_ended_by_a_signal_while_close_cuts_its_session_is_cut_short()
             assert processes_of(emu, sandbox_id) == []
         finally:
             client.destroy(sandbox_id)
+
+
+def test_closing_its_stdin_ends_what_the_supervisor_made_ahead(
+    session: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    supervisor, directory = session
+    stdin = supervisor.stdin
+    assert stdin is not None
+    stdin.write(framing.run_request(framing.new_token(), 1, None, None, "true"))
+    stdin.flush()
+    wait_for(lambda: (directory / "z1").exists(), "the command never ended")
+    # the next command's slot: its watcher, two relays and its process, waiting for a request
+    wait_for(lambda: len(descendants(supervisor.pid)) >= 4, "nothing made ahead")
+    made = {pid: started_at(pid) for pid in descendants(supervisor.pid)}
+
+    supervisor.stdin = None  # communicate() at the end must not flush it
+    stdin.close()
+    supervisor.wait(10)
+
+    wait_for(lambda: all(started_at(pid) != at for pid, at in made.items()), "left running")
