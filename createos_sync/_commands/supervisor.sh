@@ -9,8 +9,8 @@
 #   K TOKEN N GRACE              end command N's processes (TERM, GRACE s, KILL), report
 #
 # Records on the session's stdout / stderr start with NUL RS and a TOKEN the client chose
-# for this request (128 random bits, held only in this shell's variables: never in an
-# argv, an env or a file), so no command can write one:
+# for this request (128 random bits, held only in this script's variables and pipes:
+# never in an argv, an env or a file), so no command can write one:
 #
 #   stdout: <NUL><RS>TOKEN a\n (accepted) ... TOKEN x CODE\n (exited) | TOKEN s SIGNUM\n
 #           (signal) | TOKEN L\n (its watcher was killed) | TOKEN k LEFT\n (a kill's report;
@@ -66,10 +66,11 @@ status_of() {
 
 # The command's own process (its job: the only one named the_command, see status_of),
 # made ahead: it waits for "go N" on fd 6, then reads request N's fields (whether it has
-# stdin, cwd, script) from its file.
+# stdin, cwd, script) from its file. It reads fd 6 read-only: if the watcher dies first,
+# it reads EOF and ends (its relays with it).
 the_command() {
     local go= has_in= a= c=
-    exec 4>&- 5>&-
+    exec 4>&- 5>&- 6</proc/self/fd/6
     IFS=' ' read -r -u 6 go n
     exec 6<&-
     [ "$go" = go ] || exit 1
@@ -186,7 +187,7 @@ made() {
     ro=$!
     cat <"$e" >&4 &
     re=$!
-    exec 6<> <(:) || return 1 # its go: a pipe with no name, held by the watcher and by it
+    exec 6<> <(:) || return 1 # its go: a pipe with no name (see the_command)
     the_command </dev/null >"$o" 2>"$e" &
     c=$!
 }

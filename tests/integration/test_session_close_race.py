@@ -9,7 +9,7 @@ the command's result instead of raising ``LeaseClosed``. The first two run
 the supervisor directly (no emulator), to force each ordering; the last
 holds close()'s termination back (a fault) while the command dies of a signal.
 Idle, the supervisor holds the next command's processes, made ahead: closing its stdin
-(a kept lease's close) ends them too.
+(a kept lease's close) ends them too, and so does the death of its watcher.
 """
 
 from __future__ import annotations
@@ -205,21 +205,41 @@ def test_a_command_ended_by_a_signal_while_close_cuts_its_session_is_cut_short()
             client.destroy(sandbox_id)
 
 
+def made_ahead(supervisor: subprocess.Popen[bytes], directory: Path) -> dict[int, str | None]:
+    """Run a first command; then the next one's slot: its watcher (the supervisor's child),
+    two relays and the command's process waiting for its request (pid: start time)."""
+    assert supervisor.stdin is not None
+    supervisor.stdin.write(framing.run_request(framing.new_token(), 1, None, None, "true"))
+    supervisor.stdin.flush()
+    wait_for(lambda: (directory / "z1").exists(), "the command never ended")
+    wait_for(lambda: len(descendants(supervisor.pid)) >= 4, "nothing made ahead")
+    return {pid: started_at(pid) for pid in descendants(supervisor.pid)}
+
+
 def test_closing_its_stdin_ends_what_the_supervisor_made_ahead(
     session: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     supervisor, directory = session
     stdin = supervisor.stdin
     assert stdin is not None
-    stdin.write(framing.run_request(framing.new_token(), 1, None, None, "true"))
-    stdin.flush()
-    wait_for(lambda: (directory / "z1").exists(), "the command never ended")
-    # the next command's slot: its watcher, two relays and its process, waiting for a request
-    wait_for(lambda: len(descendants(supervisor.pid)) >= 4, "nothing made ahead")
-    made = {pid: started_at(pid) for pid in descendants(supervisor.pid)}
+    made = made_ahead(supervisor, directory)
 
     supervisor.stdin = None  # communicate() at the end must not flush it
     stdin.close()
     supervisor.wait(10)
+
+    wait_for(lambda: all(started_at(pid) != at for pid, at in made.items()), "left running")
+
+
+def test_what_a_killed_watcher_made_ahead_ends_with_it(
+    session: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    supervisor, directory = session
+    made_ahead(supervisor, directory)
+    watcher = max(children().get(supervisor.pid, []), key=lambda pid: len(descendants(pid)))
+    made = {pid: started_at(pid) for pid in descendants(watcher)}
+    assert len(made) >= 3
+
+    os.kill(watcher, signal.SIGKILL)
 
     wait_for(lambda: all(started_at(pid) != at for pid, at in made.items()), "left running")
