@@ -222,13 +222,39 @@ def new_session(ca_bundle: str | None = None) -> requests.Session:
     """A session with a pool big enough for many threads and no retries of its own.
 
     Connections are kept alive and reused: over TLS a new one costs two round
-    trips before the request is even sent.
+    trips before the request is even sent. It reads nothing from the
+    environment (``trust_env`` off): its user passes what ``Environment``
+    read once, and ``~/.netrc`` is never read.
     """
     session = requests.Session()
+    session.trust_env = False
     adapter = _Adapter(ca_bundle)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     return session
+
+
+@attrs.frozen
+class Environment:
+    """What requests reads from the environment for a request to the API, read once.
+
+    With ``trust_env`` on, requests reads it afresh for every request (twice
+    through ``os.environ``, and ``~/.netrc``): the proxies for the API's host
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, and where
+    Python reads them, the system's settings) and the CA bundle
+    (``REQUESTS_CA_BUNDLE``, then ``CURL_CA_BUNDLE``). They depend on the host
+    only, which is the same for every request of a client: requests' own
+    reading, done once, gives what it would give for each.
+    """
+
+    proxies: dict[str, str]
+    verify: bool | str
+
+    @classmethod
+    def read(cls, api_root: str) -> Environment:
+        with requests.Session() as reader:
+            settings = reader.merge_environment_settings(api_root, {}, None, None, None)
+        return cls(dict(settings["proxies"]), settings["verify"])
 
 
 @attrs.frozen
@@ -264,6 +290,8 @@ class Transport:
         redact_queries_for(config.api_root)  # urllib3's own DEBUG lines would show them
         self._owns_session = session is None
         self._session = session if session is not None else new_session(config.ca_bundle)
+        # An owned session is told the environment read now; a given one reads it itself.
+        self._environment = Environment.read(config.api_root) if session is None else None
         self._sleep = sleep
         self._pacer = pacer or shared_pacer(
             config.base_url, config.requests_per_minute, config.rate_scope
@@ -380,6 +408,7 @@ class Transport:
         read = remaining if read_timeout is None else min(remaining, read_timeout)
         if not math.isfinite(read):  # no deadline (a background process): still no hang
             read = self.config.timeout
+        environment = self._environment
         started = time.monotonic()
         lost = None
         try:
@@ -394,6 +423,8 @@ class Transport:
                     timeout=(min(CONNECT_TIMEOUT, remaining), read),
                     allow_redirects=False,
                     stream=True,
+                    proxies=None if environment is None else environment.proxies,
+                    verify=None if environment is None else environment.verify,
                 )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
