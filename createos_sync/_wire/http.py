@@ -290,7 +290,7 @@ class Transport:
         redact_queries_for(config.api_root)  # urllib3's own DEBUG lines would show them
         self._owns_session = session is None
         self._session = session if session is not None else new_session(config.ca_bundle)
-        # An owned session is told the environment read now; a given one reads it itself.
+        # An owned session is told what the environment said now; a given one reads it itself.
         self._environment = Environment.read(config.api_root) if session is None else None
         self._sleep = sleep
         self._pacer = pacer or shared_pacer(
@@ -408,23 +408,26 @@ class Transport:
         read = remaining if read_timeout is None else min(remaining, read_timeout)
         if not math.isfinite(read):  # no deadline (a background process): still no hang
             read = self.config.timeout
-        environment = self._environment
         started = time.monotonic()
         lost = None
         try:
             with cutoff.sending():
-                response = self._session.request(
-                    request.method,
-                    self.config.api_root + request.path,
-                    params=request.params,
-                    json=request.json_body,
-                    data=request.body() if callable(request.body) else request.body,
-                    headers=self._headers(raw=request.body is not None),
+                # What Session.request does, less reading the environment for each request.
+                prepared = self._session.prepare_request(
+                    requests.Request(
+                        request.method,
+                        self.config.api_root + request.path,
+                        params=request.params or {},
+                        json=request.json_body,
+                        data=(request.body() if callable(request.body) else request.body) or {},
+                        headers=self._headers(raw=request.body is not None),
+                    )
+                )
+                response = self._session.send(
+                    prepared,
                     timeout=(min(CONNECT_TIMEOUT, remaining), read),
                     allow_redirects=False,
-                    stream=True,
-                    proxies=None if environment is None else environment.proxies,
-                    verify=None if environment is None else environment.verify,
+                    **self._settings(prepared.url),
                 )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
@@ -447,6 +450,18 @@ class Transport:
             (time.monotonic() - started) * 1000,
         )
         return response
+
+    def _settings(self, url: str | None) -> dict[str, Any]:
+        """How ``Session.send`` sends to ``url``: proxies, CA bundle, streaming, client
+        certificate; what the environment says is read once for an owned session."""
+        if self._environment is None:  # a given session reads it for each request, as before
+            return self._session.merge_environment_settings(url, {}, True, None, None)
+        return {
+            "proxies": self._environment.proxies,
+            "verify": self._environment.verify,
+            "stream": True,
+            "cert": None,
+        }
 
     def _secrets(self, request: _Request) -> tuple[str, ...]:
         """What no server text shown from ``request``'s answer may hold."""
