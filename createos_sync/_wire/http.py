@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -28,7 +28,7 @@ from ..config import Config
 from ..errors import CreateosApiError, OperationTimeout
 from . import cutoff as _cutoff
 from . import retry as _retry
-from .answers import LATE, decode_envelope, lost_answer, raise_for_status, read_body, request_id_of
+from .answers import LATE, decode_envelope, lost_answer, raise_for_status, read_body
 from .cutoff import Cutoff
 from .deadline import Deadline
 from .logredact import redact_queries_for
@@ -52,11 +52,13 @@ Body = bytes | Callable[[], Any] | None
 
 @attrs.frozen
 class Reply:
-    """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status."""
+    """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status.
+
+    No request id: only an error shows one (``raise_for_status`` checks it).
+    """
 
     status: int
     data: Any
-    request_id: str | None
 
 
 class Stream:
@@ -73,14 +75,12 @@ class Stream:
         response: requests.Response,
         operation: str,
         cutoff: Cutoff | None = None,
-        secrets: Iterable[str] = (),
     ) -> None:
         self._response = response
         self._cutoff = cutoff
         self._body: Iterator[bytes] | None = None
         self.operation = operation
         self.status = response.status_code
-        self.request_id = request_id_of(response, secrets)
 
     @property
     def length(self) -> int | None:
@@ -332,11 +332,10 @@ class Transport:
                 response = self._send(request, deadline, cutoff)
                 with response:
                     content = read_body(response, request, cutoff)
-            request_id = request_id_of(response, self._secrets(request))
             if response.status_code in allow:
-                return Reply(response.status_code, None, request_id)
+                return Reply(response.status_code, None)
             raise_for_status(response, content, request, self.config.api_key)
-            return Reply(response.status_code, decode_envelope(content, operation), request_id)
+            return Reply(response.status_code, decode_envelope(content, operation))
 
         return self._retrying(attempt, repeat, deadline)
 
@@ -360,7 +359,7 @@ class Transport:
             try:
                 response = self._send(request, deadline, cutoff, read_timeout=idle_timeout)
                 if 200 <= response.status_code < 300:
-                    return Stream(response, operation, cutoff, self._secrets(request))
+                    return Stream(response, operation, cutoff)
                 with response:
                     content = read_body(response, request, cutoff)
             except BaseException:
@@ -462,10 +461,6 @@ class Transport:
             "stream": True,
             "cert": None,
         }
-
-    def _secrets(self, request: _Request) -> tuple[str, ...]:
-        """What no server text shown from ``request``'s answer may hold."""
-        return (self.config.api_key, *request.sent())
 
     def _headers(self, *, raw: bool) -> dict[str, str]:
         # The key is an ApiKey: in a traceback's locals this dict shows it masked.
