@@ -254,7 +254,8 @@ class Environment:
     def read(cls, api_root: str) -> Environment:
         with requests.Session() as reader:
             settings = reader.merge_environment_settings(api_root, {}, None, None, None)
-        return cls(dict(settings["proxies"]), settings["verify"])
+        verify = settings["verify"]  # the session's default (True) when nothing is set
+        return cls(dict(settings["proxies"]), True if verify is None else verify)
 
 
 @attrs.frozen
@@ -454,7 +455,7 @@ class Transport:
         """How ``Session.send`` sends to ``url``: proxies, CA bundle, streaming, client
         certificate; what the environment says is read once for an owned session."""
         if self._environment is None:  # a given session reads it for each request, as before
-            return self._session.merge_environment_settings(url, {}, True, None, None)
+            return dict(self._session.merge_environment_settings(url, {}, True, None, None))
         return {
             "proxies": self._environment.proxies,
             "verify": self._environment.verify,
