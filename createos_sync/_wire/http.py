@@ -247,7 +247,7 @@ class Environment:
     reading, done once, gives what it would give for each.
     """
 
-    proxies: dict[str, str]
+    proxies: dict[str, str] = attrs.field(repr=False)  # a proxy's URL may hold a password
     verify: bool | str
 
     @classmethod

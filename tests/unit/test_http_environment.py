@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from createos_sync import Client
+from createos_sync._wire.http import Environment
 
 from .wire import BASE, KEY, Service
 
@@ -177,3 +178,12 @@ def test_requests_go_through_the_proxy_over_real_sockets(
     with Client(KEY, "http://127.0.0.1:9", requests_per_minute=10**9, max_retries=0) as client:
         assert [s.id for s in client.shapes()] == ["s-1vcpu-1gb"]
     assert targets == ["http://127.0.0.1:9/v1/shapes"]
+
+
+def test_the_environments_repr_never_shows_a_proxys_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:proxy-secret@127.0.0.1:9")
+    environment = Environment.read("https://api.test/v1")
+    assert environment.proxies == {"https": "http://user:proxy-secret@127.0.0.1:9"}
+    assert "proxy-secret" not in repr(environment)
