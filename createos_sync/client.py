@@ -57,8 +57,11 @@ class Client:
         rate_scope: who shares that budget: ``"machine"`` (the default) every
             process of this machine (CreateOS counts requests per caller IP),
             ``"process"`` only this process's clients.
-        session: a ``requests.Session`` to use (not closed by ``close()``);
-            by default the client makes and owns one.
+        session: a ``requests.Session`` to use (not closed by ``close()``),
+            as it is configured; by default the client makes and owns one,
+            which reads the proxy and CA-bundle variables requests honours
+            (``HTTPS_PROXY``, ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``...) once,
+            here, and never ``~/.netrc``.
         ca_bundle: a PEM file of CA certificates to trust instead of the
             system's, for this client only (an HTTPS emulator, a TLS-inspecting
             proxy); falls back to ``CREATEOS_CA_BUNDLE``, and wins over

@@ -123,8 +123,14 @@ def _shut(conn: _Claimable) -> None:
 
 class _Alarms:
     """One daemon thread firing cutoffs at their time: started when a request needs it,
-    ended once no request has been in flight for ``IDLE`` seconds (a library leaves no
-    thread behind when it has nothing to do)."""
+    ended once no request has been in flight for ``IDLE`` to twice ``IDLE`` seconds (a
+    library leaves no thread behind when it has nothing to do).
+
+    The thread never sleeps longer than ``IDLE``, so that it finds out by itself that
+    no request is in flight; it is woken only for a cutoff due before it would wake
+    anyway. Most requests end long before their deadline: then neither their start
+    nor their end wakes it (each wake-up costs a switch of threads, and the GIL).
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -132,6 +138,7 @@ class _Alarms:
         self._live: set[Cutoff] = set()  # scheduled, neither fired nor over
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wakes_at = -math.inf  # when the waiting thread wakes by itself (-inf: awake)
 
     def schedule(self, cutoff: Cutoff) -> None:
         with self._cond:
@@ -143,15 +150,13 @@ class _Alarms:
                     target=self._run, name="createos-cutoff", daemon=True
                 )
                 self._thread.start()
-            elif self._heap[0][2] is cutoff:
-                self._cond.notify()  # due before the one the thread sleeps until
+            elif cutoff.at < self._wakes_at:
+                self._cond.notify()  # due before the thread would wake
             # else the thread's sleep ends earlier anyway: no wake-up per request
 
     def finished(self, cutoff: Cutoff) -> None:
         with self._cond:
-            self._live.discard(cutoff)
-            if not self._live:
-                self._cond.notify()  # the thread starts counting its idle time
+            self._live.discard(cutoff)  # the thread finds it out within IDLE
 
     def _drop_finished(self) -> None:
         # Most requests end long before their deadline: forget them now and then.
@@ -166,29 +171,39 @@ class _Alarms:
     def _next(self) -> Cutoff | None:
         """The next cutoff due, waiting for it; None (the thread ends) once idle."""
         with self._cond:
-            while True:
-                if not self._live:
-                    self._heap.clear()
-                    if not self._cond.wait_for(lambda: self._live, IDLE):
-                        self._thread = None
-                        return None
-                while self._heap and self._heap[0][2]._over:
-                    heapq.heappop(self._heap)
-                if not self._heap:  # the last one is over, and about to say so
-                    self._cond.wait(IDLE)
-                    continue
-                wait = self._heap[0][0] - time.monotonic()
-                if wait <= 0:
-                    due = heapq.heappop(self._heap)[2]
-                    self._live.discard(due)
-                    return due
-                self._cond.wait(wait)
+            try:
+                while True:
+                    if not self._live:
+                        self._heap.clear()
+                        if not self._sleep(IDLE) and not self._live:
+                            self._thread = None
+                            return None
+                        continue
+                    while self._heap and self._heap[0][2]._over:
+                        heapq.heappop(self._heap)
+                    if not self._heap:  # the last one is over, and about to say so
+                        self._sleep(IDLE)
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        due = heapq.heappop(self._heap)[2]
+                        self._live.discard(due)
+                        return due
+                    self._sleep(min(wait, IDLE))
+            finally:
+                self._wakes_at = -math.inf
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait (the lock held) at most ``seconds``; False if nobody woke the thread."""
+        self._wakes_at = time.monotonic() + seconds
+        return self._cond.wait(seconds)
 
     def reset_after_fork(self) -> None:
         self._cond = threading.Condition()
         self._heap = []
         self._live = set()
         self._thread = None
+        self._wakes_at = -math.inf
 
 
 _ALARMS = _Alarms()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -28,7 +28,7 @@ from ..config import Config
 from ..errors import CreateosApiError, OperationTimeout
 from . import cutoff as _cutoff
 from . import retry as _retry
-from .answers import LATE, decode_envelope, lost_answer, raise_for_status, read_body, request_id_of
+from .answers import LATE, decode_envelope, lost_answer, raise_for_status, read_body
 from .cutoff import Cutoff
 from .deadline import Deadline
 from .logredact import redact_queries_for
@@ -52,11 +52,13 @@ Body = bytes | Callable[[], Any] | None
 
 @attrs.frozen
 class Reply:
-    """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status."""
+    """A decoded JSON answer: the envelope's ``data``, or None for an allowed non-2xx status.
+
+    No request id: only an error shows one (``raise_for_status`` checks it).
+    """
 
     status: int
     data: Any
-    request_id: str | None
 
 
 class Stream:
@@ -73,14 +75,12 @@ class Stream:
         response: requests.Response,
         operation: str,
         cutoff: Cutoff | None = None,
-        secrets: Iterable[str] = (),
     ) -> None:
         self._response = response
         self._cutoff = cutoff
         self._body: Iterator[bytes] | None = None
         self.operation = operation
         self.status = response.status_code
-        self.request_id = request_id_of(response, secrets)
 
     @property
     def length(self) -> int | None:
@@ -222,13 +222,40 @@ def new_session(ca_bundle: str | None = None) -> requests.Session:
     """A session with a pool big enough for many threads and no retries of its own.
 
     Connections are kept alive and reused: over TLS a new one costs two round
-    trips before the request is even sent.
+    trips before the request is even sent. It reads nothing from the
+    environment (``trust_env`` off): its user passes what ``Environment``
+    read once, and ``~/.netrc`` is never read.
     """
     session = requests.Session()
+    session.trust_env = False
     adapter = _Adapter(ca_bundle)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     return session
+
+
+@attrs.frozen
+class Environment:
+    """What requests reads from the environment for a request to the API, read once.
+
+    With ``trust_env`` on, requests reads it afresh for every request (twice
+    through ``os.environ``, and ``~/.netrc``): the proxies for the API's host
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, and where
+    Python reads them, the system's settings) and the CA bundle
+    (``REQUESTS_CA_BUNDLE``, then ``CURL_CA_BUNDLE``). They depend on the host
+    only, which is the same for every request of a client: requests' own
+    reading, done once, gives what it would give for each.
+    """
+
+    proxies: dict[str, str] = attrs.field(repr=False)  # a proxy's URL may hold a password
+    verify: bool | str
+
+    @classmethod
+    def read(cls, api_root: str) -> Environment:
+        with requests.Session() as reader:
+            settings = reader.merge_environment_settings(api_root, {}, None, None, None)
+        verify = settings["verify"]  # the session's default (True) when nothing is set
+        return cls(dict(settings["proxies"]), True if verify is None else verify)
 
 
 @attrs.frozen
@@ -264,6 +291,8 @@ class Transport:
         redact_queries_for(config.api_root)  # urllib3's own DEBUG lines would show them
         self._owns_session = session is None
         self._session = session if session is not None else new_session(config.ca_bundle)
+        # An owned session is told what the environment said now; a given one reads it itself.
+        self._environment = Environment.read(config.api_root) if session is None else None
         self._sleep = sleep
         self._pacer = pacer or shared_pacer(
             config.base_url, config.requests_per_minute, config.rate_scope
@@ -304,11 +333,10 @@ class Transport:
                 response = self._send(request, deadline, cutoff)
                 with response:
                     content = read_body(response, request, cutoff)
-            request_id = request_id_of(response, self._secrets(request))
             if response.status_code in allow:
-                return Reply(response.status_code, None, request_id)
+                return Reply(response.status_code, None)
             raise_for_status(response, content, request, self.config.api_key)
-            return Reply(response.status_code, decode_envelope(content, operation), request_id)
+            return Reply(response.status_code, decode_envelope(content, operation))
 
         return self._retrying(attempt, repeat, deadline)
 
@@ -332,7 +360,7 @@ class Transport:
             try:
                 response = self._send(request, deadline, cutoff, read_timeout=idle_timeout)
                 if 200 <= response.status_code < 300:
-                    return Stream(response, operation, cutoff, self._secrets(request))
+                    return Stream(response, operation, cutoff)
                 with response:
                     content = read_body(response, request, cutoff)
             except BaseException:
@@ -384,16 +412,22 @@ class Transport:
         lost = None
         try:
             with cutoff.sending():
-                response = self._session.request(
-                    request.method,
-                    self.config.api_root + request.path,
-                    params=request.params,
-                    json=request.json_body,
-                    data=request.body() if callable(request.body) else request.body,
-                    headers=self._headers(raw=request.body is not None),
+                # What Session.request does, less reading the environment for each request.
+                prepared = self._session.prepare_request(
+                    requests.Request(
+                        request.method,
+                        self.config.api_root + request.path,
+                        params=request.params or {},
+                        json=request.json_body,
+                        data=(request.body() if callable(request.body) else request.body) or {},
+                        headers=self._headers(raw=request.body is not None),
+                    )
+                )
+                response = self._session.send(
+                    prepared,
                     timeout=(min(CONNECT_TIMEOUT, remaining), read),
                     allow_redirects=False,
-                    stream=True,
+                    **self._settings(prepared.url),
                 )
         except requests.RequestException as exc:
             log.debug("%s %s -> no answer (%s)", request.method, request.path, type(exc).__name__)
@@ -417,9 +451,17 @@ class Transport:
         )
         return response
 
-    def _secrets(self, request: _Request) -> tuple[str, ...]:
-        """What no server text shown from ``request``'s answer may hold."""
-        return (self.config.api_key, *request.sent())
+    def _settings(self, url: str | None) -> dict[str, Any]:
+        """How ``Session.send`` sends to ``url``: proxies, CA bundle, streaming, client
+        certificate; what the environment says is read once for an owned session."""
+        if self._environment is None:  # a given session reads it for each request, as before
+            return dict(self._session.merge_environment_settings(url, {}, True, None, None))
+        return {
+            "proxies": self._environment.proxies,
+            "verify": self._environment.verify,
+            "stream": True,
+            "cert": None,
+        }
 
     def _headers(self, *, raw: bool) -> dict[str, str]:
         # The key is an ApiKey: in a traceback's locals this dict shows it masked.

@@ -160,6 +160,8 @@ def scrub(text: object, secrets: Iterable[str]) -> str | None:
 
 def _scrubbed(text: str, secrets: Iterable[str]) -> str | None:
     for secret in sorted(_pieces(secrets), key=len, reverse=True):
+        if len(secret) > len(text):
+            continue  # no form of it is shorter (see ``_forms``): none can be in the text
         for form in _forms(secret):
             text = _remove(text, form)
     text = _QUERY.sub(REDACTED, text)
@@ -183,7 +185,11 @@ def _pieces(secrets: Iterable[str]) -> set[str]:
 
 def _forms(secret: str) -> set[str]:
     """``secret`` as written and as an echo may encode it (JSON, URL escapes; text with
-    lone surrogates, which has no UTF-8 form, in each way the OS or a service renders it)."""
+    lone surrogates, which has no UTF-8 form, in each way the OS or a service renders it).
+
+    Each form is at least as long as ``secret``: an escape stands for one character or
+    one byte, and a character has at least one byte.
+    """
     forms = {secret, json.dumps(secret)[1:-1]}
     for errors in ("strict", "surrogateescape", "surrogatepass"):
         try:

@@ -94,3 +94,39 @@ def test_a_connection_back_in_its_pool_is_let_go_before_the_request_ends(trickle
     assert cutoff._conn is conn
     cutoff.cancel()
     session.close()
+
+
+def _alarm_thread() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "createos-cutoff"]
+
+
+def test_a_cutoff_due_before_the_alarm_would_wake_fires_on_time() -> None:
+    # The alarm sleeps up to IDLE (2 s) for the long cutoffs: the short one must wake it.
+    with Cutoff(Deadline.after(60)), Cutoff(Deadline.after(30)):
+        time.sleep(0.1)  # the alarm thread is asleep now
+        started = time.monotonic()
+        with Cutoff(Deadline.after(0.2)) as short:
+            while not short.fired and time.monotonic() - started < 5:
+                time.sleep(0.01)
+        assert short.fired
+        assert time.monotonic() - started < 1.0
+
+
+def test_a_cutoff_due_after_the_alarm_would_wake_fires_on_time() -> None:
+    with Cutoff(Deadline.after(60)):
+        time.sleep(0.1)
+        started = time.monotonic()
+        with Cutoff(Deadline.after(2.5)) as later:  # not woken for: found after a sleep
+            while not later.fired and time.monotonic() - started < 10:
+                time.sleep(0.02)
+        assert later.fired
+        assert 2.4 < time.monotonic() - started < 3.5
+
+
+def test_the_alarm_thread_ends_when_no_request_is_in_flight() -> None:
+    with Cutoff(Deadline.after(60)):
+        assert _alarm_thread()
+    ended = time.monotonic() + 10
+    while _alarm_thread() and time.monotonic() < ended:
+        time.sleep(0.05)
+    assert not _alarm_thread()  # within twice IDLE of the last request's end

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from createos_sync._wire.server_text import (
     ERROR_CODE,
@@ -12,6 +14,8 @@ from createos_sync._wire.server_text import (
     SIGNAL,
     STATUS,
     UNRECOGNISED,
+    _forms,
+    request_id,
     scrub,
     sent_values,
     token,
@@ -68,3 +72,15 @@ def test_scrub_removes_query_strings_control_characters_and_bounds_the_text() ->
     long = scrub("word " * 100, ())
     assert long is not None and len(long) == 200 and long.endswith("…")
     assert scrub("   ", ()) is None and scrub(None, ()) is None and scrub({"a": 1}, ()) is None
+
+
+@given(st.text(st.characters(blacklist_categories=()), min_size=1, max_size=40))
+def test_no_form_of_a_secret_is_shorter_than_it(secret: str) -> None:
+    # ``scrub`` skips the secrets longer than the text on this ground.
+    assert all(len(form) >= len(secret) for form in _forms(secret))
+
+
+def test_a_request_id_is_replaced_when_it_is_a_sent_value_not_when_it_is_shorter() -> None:
+    assert request_id("req-9f2c", (KEY, "req-9f2c")) == UNRECOGNISED
+    assert request_id("req-9f2c", (KEY, "ab\nreq-9f2c\n")) == UNRECOGNISED  # one line of it
+    assert request_id("req-9f2c", (KEY, "req-9f2cx")) == "req-9f2c"
