@@ -7,6 +7,7 @@ so that the client measured here does not share a GIL with the server.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -186,3 +187,14 @@ def machine() -> str:
         f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
+
+
+def callgrind(script: str, args: Sequence[str], src: str | None) -> int:
+    """Instructions of ``python SCRIPT ARGS`` (``--src``: another copy), under callgrind."""
+    argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+    argv += [script, *args, *(["--src", src] if src else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    match = re.search(r"Collected : (\d+)", done.stderr)
+    if match is None:
+        raise RuntimeError("callgrind printed no instruction count")
+    return int(match[1])

@@ -35,9 +35,7 @@ import argparse
 import inspect
 import math
 import os
-import re
 import resource
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -214,28 +212,6 @@ def time_variants(mb: int, repeat: int) -> dict[str, list[tuple[float, float, fl
     return usage
 
 
-def callgrind(name: str, mb: int, src: str | None) -> int:
-    """Instructions of one run of ``name``, under valgrind's callgrind."""
-    argv = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--once",
-        name,
-        "--mb",
-        str(mb),
-    ]
-    if src:
-        argv += ["--src", src]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    match = re.search(r"Collected : (\d+)", done.stderr)
-    if match is None:
-        raise RuntimeError("callgrind printed no instruction count")
-    return int(match[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=50)
@@ -257,7 +233,7 @@ def main() -> None:
 def run(
     mb: int, repeat: int, with_callgrind: bool, callgrind_mb: int, src: str | None
 ) -> dict[str, Any]:
-    from _common import Stats, heading, machine, paired_ratio
+    from _common import Stats, callgrind, heading, machine, paired_ratio
 
     import createos_sync
 
@@ -298,8 +274,12 @@ def run(
             f"method: instructions under callgrind for {callgrind_mb} MB, minus a run that "
             "only builds the body, per MB of output"
         )
-        base = callgrind("none", callgrind_mb, src)
-        counts = {n: (callgrind(n, callgrind_mb, src) - base) / callgrind_mb for n in cpu}
+        base = callgrind(__file__, ["--once", "none", "--mb", str(callgrind_mb)], src)
+        counts = {
+            n: (callgrind(__file__, ["--once", n, "--mb", str(callgrind_mb)], src) - base)
+            / callgrind_mb
+            for n in cpu
+        }
         for name, count in counts.items():
             results[name]["instructions_per_mb"] = count
             print(

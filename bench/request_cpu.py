@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,26 +65,6 @@ def run_calls(calls: int, rounds: int) -> list[tuple[float, float, float, float]
     return results
 
 
-def callgrind(calls: int, src: str | None) -> int:
-    """Instructions of this process for ``calls`` runs (plus start-up), under callgrind."""
-    argv = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--once",
-        str(calls),
-    ]
-    if src:
-        argv += ["--src", src]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    match = re.search(r"Collected : (\d+)", done.stderr)
-    if match is None:
-        raise RuntimeError("callgrind printed no instruction count")
-    return int(match[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -107,7 +85,7 @@ def main() -> None:
 def measure(
     rounds: int, calls: int, with_callgrind: bool, callgrind_calls: int, src: str | None
 ) -> dict[str, Any]:
-    from _common import Stats, heading, machine
+    from _common import Stats, callgrind, heading, machine
 
     import createos_sync
 
@@ -131,8 +109,8 @@ def measure(
         "wall_ms": wall.median * 1000,
     }
     if with_callgrind:
-        once = callgrind(callgrind_calls, src)
-        twice = callgrind(2 * callgrind_calls, src)
+        once = callgrind(__file__, ["--once", str(callgrind_calls)], src)
+        twice = callgrind(__file__, ["--once", str(2 * callgrind_calls)], src)
         per_run = (twice - once) / callgrind_calls
         results["instructions_per_run"] = per_run
         print(
