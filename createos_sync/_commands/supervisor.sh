@@ -26,7 +26,7 @@
 #
 # Forks are what a command's start costs, so they are made ahead, while idle: one watcher
 # (a child of this shell, for the whole session) runs the commands one after another. After
-# each command's end records it makes the next one's slot (K: 1, 2, ...): its output FIFOs,
+# each command's end records it makes the next one's slot (K: its pid and a count): its output FIFOs,
 # their relays and the command's own process, that last one waiting to be told to go. It
 # reads each command's token and N from a pipe only this shell writes to, then tells the
 # slot's process to go through another, which reads its request from a file; both pipes
@@ -120,7 +120,8 @@ watcher() {
     set -m
     k=0
     while :; do
-        k=$((k + 1)) o=$d/o$k e=$d/e$k ro= re= c=
+        k=$((k + 1)) ro= re= c=
+        slot=$BASHPID.$k o=$d/o$BASHPID.$k e=$d/e$BASHPID.$k # never a name another watcher used
         made || abandon
         if ! IFS=' ' read -r token n; then # the session ended
             abandon && forsake
@@ -139,7 +140,7 @@ watcher() {
 
 # Run command N in the slot made for it, to its end records.
 run_one() {
-    printf '%s\n%s\n' "$c" "$k" >"$d/p$n" # its process (and group), its slot: for a kill
+    printf '%s\n%s\n' "$c" "$slot" >"$d/p$n" # its process (and group), its slot: for a kill
     printf 'go %s\n' "$n" >&6
     exec 6>&-
     [ $((n % 64)) -ne 0 ] || forget_before "$n"

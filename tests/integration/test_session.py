@@ -119,9 +119,11 @@ def test_a_background_child_ending_the_next_commands_prepared_processes_harms_it
     time.sleep(1.5)
     emulator.clear_request_log()
 
-    result = box.run("echo next; echo err >&2")
+    result = box.run("echo next; echo err >&2; exit 137")
 
-    assert (result.stdout, result.stderr, result.exit_code) == ("next\n", "err\n", 0)
+    # its exit status too: no notice of the slot's ended process passes for its own
+    assert (result.stdout, result.stderr, result.exit_code) == ("next\n", "err\n", 137)
+    assert result.signal is None
     assert operations(emulator) == [("process.input", 200)]
 
 
