@@ -26,13 +26,13 @@
 #
 # Forks are what a command's start costs, so they are made ahead, while idle: one watcher
 # (a child of this shell, for the whole session) runs the commands one after another. After
-# each command's end records it makes the next one's slot (K: its pid and a count): its output FIFOs,
-# their relays and the command's own process, that last one waiting to be told to go. It
-# reads each command's token and N from a pipe only this shell writes to, then tells the
-# slot's process to go through another, which reads its request from a file; both pipes
-# have no name in any directory (and carry nothing the session's own stdin does not). A
-# slot found broken when its command comes is made again at once; a watcher found dead is
-# started again.
+# each command's end records it makes the next one's slot (named by its pid and a count):
+# its output FIFOs, their relays and the command's own process, that last one waiting to be
+# told to go. It reads each command's token and N from a pipe only this shell writes to,
+# then tells the slot's process to go through another, which reads its request from a
+# file; both pipes have no name in any directory (and carry nothing the session's own stdin
+# does not). A slot found broken when its command comes is made again at once; a watcher
+# found dead is started again.
 
 sid=$1
 # The emulator's plain mode rewrites sandbox paths in a process's arguments (never in what
@@ -121,7 +121,8 @@ watcher() {
     k=0
     while :; do
         k=$((k + 1)) ro= re= c=
-        slot=$BASHPID.$k o=$d/o$BASHPID.$k e=$d/e$BASHPID.$k # never a name another watcher used
+        slot=$BASHPID.$k # never a name another watcher used
+        o=$d/o$slot e=$d/e$slot
         made || abandon
         if ! IFS=' ' read -r token n; then # the session ended
             abandon && forsake
@@ -181,7 +182,7 @@ run_one() {
     : >"$d/z$n"
 }
 
-# Start slot $k's relays and command process (blocked until told to go); false if any failed.
+# Start the slot's relays and command process (blocked until told to go); false if any failed.
 made() {
     mkfifo -m 600 -- "$o" "$e" || { rm -f -- "$o" "$e" && mkfifo -m 600 -- "$o" "$e"; } || return 1
     cat <"$o" &
@@ -193,12 +194,12 @@ made() {
     c=$!
 }
 
-# Whether slot $k is still whole: its three processes and its FIFOs.
+# Whether the slot is still whole: its three processes and its FIFOs.
 working() {
     [ -n "$c" ] && kill -0 "$c" && kill -0 "$ro" && kill -0 "$re" && [ -p "$o" ] && [ -p "$e" ]
 }
 
-# End what slot $k made (never a command: none was told to go), so it can be made again.
+# End what the slot made (never a command: none was told to go), so it can be made again.
 abandon() {
     exec 6>&-
     for p in $c $ro $re; do kill -KILL "$p"; done
@@ -206,7 +207,7 @@ abandon() {
     ro= re= c=
 }
 
-# The files of slot $k and command $n (in the background: the next slot is made meanwhile).
+# The files of the slot and of command $n (in the background: the next slot is made meanwhile).
 forsake() { rm -f -- "$o" "$e" "$d/i$n" "$d/q$n" "$d/w$n" & }
 
 # Remove the pid and end marks commands before $1 left (once in 64 commands): only the
